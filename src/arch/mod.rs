@@ -1,0 +1,139 @@
+//! MMU drivers: the only place that knows a translation structure's format.
+//!
+//! A driver implements the OS side (the [`Tdb`] translation database) and the hardware side (a
+//! walk that produces a [`WalkPlan`]). The simulator is generic over the driver: the design is
+//! chosen once per run and the access loop is monomorphised for it.
+//!
+//! Adding a design: write `arch/<design>.rs` with its config section and `impl Driver`, add the
+//! section to [`ArchConfig`] and its entries to [`DESIGNS`]. Nothing in `os/`, `mmu/`, `mem/` or
+//! `sim/` changes; if it has to, the interface is missing something every driver should have.
+
+pub mod radix;
+
+use crate::addr::PageSize;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::mmu::walk::{Translation, WalkPlan};
+use crate::os::tapi::Tdb;
+
+/// A translation architecture.
+pub trait Driver: Tdb + Sized + 'static {
+    /// Per-core walk caches (x86 PWCs, ECPT's CWCs, ...).
+    type WalkCache;
+
+    /// Builds the driver from the resolved configuration (validated there).
+    fn from_config(cfg: &Config) -> Result<Self>;
+
+    /// Walk caches for one core.
+    fn new_walk_cache(&self) -> Self::WalkCache;
+
+    /// The hardware walk for `va` in `space`: appends its references to `plan` and returns the
+    /// translation, or `None` if nothing maps `va` (a page fault; the references made before
+    /// discovering that are still in the plan).
+    fn walk(&mut self, space: &mut Self::Space, wc: &mut Self::WalkCache, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation>;
+
+    /// Drops walk-cache entries of `asid` that may cover `[start, end)` (TLB shootdown).
+    fn invalidate_walk_cache(&self, wc: &mut Self::WalkCache, asid: u16, start: u64, end: u64);
+
+    /// Page sizes the OS may map with this driver, smallest first.
+    fn leaf_sizes(&self) -> &[PageSize];
+
+    /// Whether a page of `size` can be mapped at `va` right now (customizable; e.g. FPT's L2L1
+    /// flattening cannot hold 2 MiB leaves). `Err` carries the reason, counted by the OS.
+    fn can_map(&self, _va: u64, size: PageSize) -> Result<(), &'static str> {
+        if self.leaf_sizes().contains(&size) {
+            Ok(())
+        } else {
+            Err("page size not supported by the translation structure")
+        }
+    }
+
+    /// Driver-specific metrics for the report (JSON object; empty by default).
+    fn metrics(&self) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::Map::new()
+    }
+}
+
+/// Per-driver configuration sections.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ArchConfig {
+    /// x86-64 radix page table.
+    pub radix: radix::RadixConfig,
+}
+
+impl ArchConfig {
+    /// Validates every section.
+    pub fn validate(&self) -> Result<()> {
+        self.radix.validate("arch.radix")
+    }
+}
+
+/// Which driver a design runs on (the run is monomorphised per variant).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DriverKind {
+    /// [`radix::Radix`].
+    Radix,
+}
+
+/// A named design: a driver plus the configuration that makes it that design.
+pub struct DesignEntry {
+    /// Name on the command line.
+    pub name: &'static str,
+    /// One-line description.
+    pub description: &'static str,
+    /// Driver it runs on.
+    pub driver: DriverKind,
+    /// Applies the design's settings on top of the machine configuration.
+    pub apply: fn(&mut Config),
+}
+
+/// Every design, in the order `xlate designs` lists them.
+pub static DESIGNS: &[DesignEntry] = &[
+    DesignEntry {
+        name: "radix4",
+        description: "x86-64 4-level radix page table, 4 KiB pages (THP off)",
+        driver: DriverKind::Radix,
+        apply: |c| {
+            c.arch.radix.levels = 4;
+            c.os.thp = crate::os::ThpMode::Never;
+        },
+    },
+    DesignEntry {
+        name: "radix5",
+        description: "x86-64 5-level radix page table (LA57), 4 KiB pages",
+        driver: DriverKind::Radix,
+        apply: |c| {
+            c.arch.radix.levels = 5;
+            c.os.thp = crate::os::ThpMode::Never;
+        },
+    },
+    DesignEntry {
+        name: "radix4-thp",
+        description: "x86-64 4-level radix with transparent huge pages always (2 MiB at fault, khugepaged)",
+        driver: DriverKind::Radix,
+        apply: |c| {
+            c.arch.radix.levels = 4;
+            c.os.thp = crate::os::ThpMode::Always;
+        },
+    },
+    DesignEntry {
+        name: "ideal",
+        description: "perfect TLB: every translation hits the L1 TLB (radix4 tables kept by the OS)",
+        driver: DriverKind::Radix,
+        apply: |c| {
+            c.arch.radix.levels = 4;
+            c.os.thp = crate::os::ThpMode::Never;
+            c.mmu.perfect_tlb = true;
+        },
+    },
+];
+
+/// Finds a design by name.
+pub fn lookup(name: &str) -> Result<&'static DesignEntry> {
+    DESIGNS.iter().find(|d| d.name == name).ok_or_else(|| Error::Unknown {
+        what: "design",
+        name: name.to_string(),
+        known: DESIGNS.iter().map(|d| d.name.to_string()).collect(),
+    })
+}

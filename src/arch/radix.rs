@@ -1,0 +1,594 @@
+//! x86-64 radix page table, 4 or 5 levels, with 4 KiB / 2 MiB / 1 GiB leaves, and x86 split
+//! page-walk caches (PWCs).
+//!
+//! Tables are real 4 KiB pages from the simulated buddy allocator; a walk reads the 8-byte entry at
+//! `table_pfn * 4096 + index * 8` at every level, so its references have real physical addresses.
+//! Host-side each table keeps its 512 entries plus the host index of each child, so walking needs no
+//! hashing.
+//!
+//! PWC semantics (Intel SDM §4.10.3): a cache for level-L entries is keyed by the VA bits that
+//! select a level-L entry (`va >> (12 + 9 (L-1))`) and holds the table that entry points to; a hit
+//! skips exactly the levels above and including L. All PWCs are probed in parallel (one latency),
+//! the deepest hit wins.
+//!
+//! Invariant kept by `remove`: no table other than the root is ever empty (an emptied table is freed
+//! and its parent entry cleared, as Linux's `free_pgtables` does at unmap), so "is this 2 MiB range
+//! empty" is one PD-entry read — the check EMT contrasts with ECPT's 512 lookups.
+
+use super::Driver;
+use crate::addr::{PageSize, Pfn};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::mmu::walk::{Translation, WalkPlan};
+use crate::mmu::wcache::{WalkCache, WalkCacheConfig};
+use crate::os::tapi::{prot, TObj, Tdb, TdbEnv};
+
+/// PWC geometry for one level of entries.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PwcLevel {
+    /// Level of the cached entries (4 = PML4E, 3 = PDPTE, 2 = PDE; 5 = PML5E).
+    pub level: u8,
+    /// Geometry.
+    #[serde(flatten)]
+    pub cache: WalkCacheConfig,
+}
+
+/// Radix driver configuration.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RadixConfig {
+    /// 4 (48-bit VA) or 5 (57-bit VA, LA57).
+    pub levels: u8,
+    /// Split page-walk caches.
+    pub pwc: Vec<PwcLevel>,
+}
+
+impl Default for RadixConfig {
+    /// Utopia MICRO'23 Table 1: 3 split PWCs, 32 entries, 4-way, 2 cycles.
+    fn default() -> Self {
+        RadixConfig { levels: 4, pwc: [4u8, 3, 2].iter().map(|&level| PwcLevel { level, cache: WalkCacheConfig::new(32, 4, 2) }).collect() }
+    }
+}
+
+impl RadixConfig {
+    /// Checks levels and PWC geometry.
+    pub fn validate(&self, key: &str) -> Result<()> {
+        if !(self.levels == 4 || self.levels == 5) {
+            return Err(Error::config(format!("{key}.levels"), format!("must be 4 or 5, found {}", self.levels)));
+        }
+        for (i, p) in self.pwc.iter().enumerate() {
+            if !(2..=5).contains(&p.level) {
+                return Err(Error::config(format!("{key}.pwc[{i}].level"), "must be 2 (PDE), 3 (PDPTE), 4 (PML4E) or 5 (PML5E)"));
+            }
+            p.cache.validate(&format!("{key}.pwc[{i}]"))?;
+        }
+        Ok(())
+    }
+}
+
+const PRESENT: u64 = 1;
+const WRITE: u64 = 1 << 1;
+const ACCESSED: u64 = 1 << 5;
+const DIRTY: u64 = 1 << 6;
+const HUGE: u64 = 1 << 7;
+const NX: u64 = 1 << 63;
+const ADDR_MASK: u64 = 0x000f_ffff_ffff_f000;
+const NO_CHILD: u32 = u32::MAX;
+
+/// Level whose entries map pages of `size` (1 = PTE, 2 = PDE, 3 = PDPTE).
+fn leaf_level(size: PageSize) -> Option<u8> {
+    match size {
+        PageSize::K4 => Some(1),
+        PageSize::M2 => Some(2),
+        PageSize::G1 => Some(3),
+        _ => None,
+    }
+}
+
+fn level_size(level: u8) -> PageSize {
+    match level {
+        1 => PageSize::K4,
+        2 => PageSize::M2,
+        _ => PageSize::G1,
+    }
+}
+
+/// VA shift of the region one entry at `level` covers.
+#[inline(always)]
+fn entry_shift(level: u8) -> u32 {
+    12 + 9 * (level as u32 - 1)
+}
+
+#[inline(always)]
+fn index(va: u64, level: u8) -> usize {
+    ((va >> entry_shift(level)) & 511) as usize
+}
+
+fn encode(o: &TObj) -> u64 {
+    let mut e = PRESENT | (o.pa & ADDR_MASK);
+    if o.prot & prot::WRITE != 0 {
+        e |= WRITE;
+    }
+    if o.prot & prot::EXEC == 0 {
+        e |= NX;
+    }
+    if o.accessed {
+        e |= ACCESSED;
+    }
+    if o.dirty {
+        e |= DIRTY;
+    }
+    if o.size != PageSize::K4 {
+        e |= HUGE;
+    }
+    e
+}
+
+fn decode(e: u64, va: u64, size: PageSize) -> TObj {
+    let mut p = prot::READ;
+    if e & WRITE != 0 {
+        p |= prot::WRITE;
+    }
+    if e & NX == 0 {
+        p |= prot::EXEC;
+    }
+    TObj { va: size.align_down(va), pa: e & ADDR_MASK, size, prot: p, accessed: e & ACCESSED != 0, dirty: e & DIRTY != 0 }
+}
+
+/// One 4 KiB table page.
+struct Node {
+    pfn: Pfn,
+    /// Present entries (tables or leaves).
+    used: u16,
+    pte: Box<[u64; 512]>,
+    child: Box<[u32; 512]>,
+}
+
+/// One address space's page table.
+pub struct RadixSpace {
+    nodes: Vec<Option<Node>>,
+    free_ids: Vec<u32>,
+    root: u32,
+    tables: u64,
+}
+
+impl RadixSpace {
+    fn node(&self, id: u32) -> &Node {
+        self.nodes[id as usize].as_ref().expect("live table")
+    }
+    fn node_mut(&mut self, id: u32) -> &mut Node {
+        self.nodes[id as usize].as_mut().expect("live table")
+    }
+
+    fn new_node(&mut self, env: &mut TdbEnv) -> Result<u32> {
+        let pfn = env.alloc_table(0)?;
+        self.tables += 1;
+        let n = Node { pfn, used: 0, pte: Box::new([0; 512]), child: Box::new([NO_CHILD; 512]) };
+        Ok(match self.free_ids.pop() {
+            Some(id) => {
+                self.nodes[id as usize] = Some(n);
+                id
+            }
+            None => {
+                self.nodes.push(Some(n));
+                (self.nodes.len() - 1) as u32
+            }
+        })
+    }
+
+    fn free_node(&mut self, id: u32, env: &mut TdbEnv) -> Result<()> {
+        let n = self.nodes[id as usize].take().expect("live table");
+        self.free_ids.push(id);
+        self.tables -= 1;
+        env.free_table(n.pfn, 0)
+    }
+
+    /// Number of table pages (for tests and reports).
+    pub fn table_pages(&self) -> u64 {
+        self.tables
+    }
+}
+
+/// Per-core PWCs: `caches[i]` caches entries of `levels[i]`, deepest level first.
+pub struct RadixPwc {
+    levels: Vec<u8>,
+    caches: Vec<WalkCache>,
+    latency: u32,
+}
+
+/// The radix driver.
+pub struct Radix {
+    levels: u8,
+    pwc: Vec<PwcLevel>,
+}
+
+const SIZES: [PageSize; 3] = [PageSize::K4, PageSize::M2, PageSize::G1];
+
+impl Radix {
+    /// A driver with `levels` levels and the given PWCs.
+    pub fn new(cfg: &RadixConfig) -> Radix {
+        let mut pwc = cfg.pwc.clone();
+        pwc.sort_by_key(|p| p.level);
+        Radix { levels: cfg.levels, pwc }
+    }
+
+    /// Descends towards `va`, returning (node, level) of the deepest table reached and the entry
+    /// there; counts one read per level.
+    fn descend(&self, s: &RadixSpace, va: u64, env: &mut TdbEnv) -> (u32, u8, u64) {
+        let mut id = s.root;
+        let mut level = self.levels;
+        loop {
+            let n = s.node(id);
+            let i = index(va, level);
+            let e = n.pte[i];
+            env.cost.read(1);
+            if e & PRESENT == 0 || level == 1 || e & HUGE != 0 {
+                return (id, level, e);
+            }
+            id = n.child[i];
+            level -= 1;
+        }
+    }
+
+    /// Visits every leaf of the subtree `id` (at `level`, covering VA from `base`) that starts in
+    /// `[start, end)`, stepping entry by entry (EMT Fig. 8b's pointer-stepping iterator).
+    #[allow(clippy::too_many_arguments)]
+    fn visit(&self, s: &RadixSpace, id: u32, level: u8, base: u64, start: u64, end: u64, env: &mut TdbEnv, f: &mut dyn FnMut(&TObj)) {
+        let shift = entry_shift(level);
+        let span = 1u64 << shift;
+        let n = s.node(id);
+        let first = if start > base { ((start - base) >> shift) as usize } else { 0 };
+        for i in first..512 {
+            let va = base + ((i as u64) << shift);
+            if va >= end {
+                break;
+            }
+            let e = n.pte[i];
+            env.cost.read(1);
+            if e & PRESENT == 0 {
+                continue;
+            }
+            if level == 1 || e & HUGE != 0 {
+                if va >= start {
+                    f(&decode(e, va, level_size(level)));
+                }
+            } else if va + span > start {
+                self.visit(s, n.child[i], level - 1, va, start, end, env, f);
+            }
+        }
+    }
+
+    /// Whether the subtree has no leaf overlapping `[start, end)`.
+    #[allow(clippy::too_many_arguments)]
+    fn empty_in(&self, s: &RadixSpace, id: u32, level: u8, base: u64, start: u64, end: u64, env: &mut TdbEnv) -> bool {
+        let shift = entry_shift(level);
+        let span = 1u64 << shift;
+        let n = s.node(id);
+        let first = if start > base { ((start - base) >> shift) as usize } else { 0 };
+        for i in first..512 {
+            let va = base + ((i as u64) << shift);
+            if va >= end {
+                break;
+            }
+            let e = n.pte[i];
+            env.cost.read(1);
+            if e & PRESENT == 0 {
+                continue;
+            }
+            if level == 1 || e & HUGE != 0 {
+                return false;
+            }
+            // A non-root table is never empty: if the range covers the whole child, it is occupied.
+            if start <= va && va + span <= end {
+                return false;
+            }
+            if !self.empty_in(s, n.child[i], level - 1, va, start, end, env) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The table at `level` reached for `va` from the root without timing (checked mode).
+    fn table_at(&self, s: &RadixSpace, va: u64, level: u8) -> Option<u32> {
+        let mut id = s.root;
+        let mut l = self.levels;
+        while l > level {
+            let n = s.node(id);
+            let i = index(va, l);
+            if n.pte[i] & PRESENT == 0 || n.pte[i] & HUGE != 0 {
+                return None;
+            }
+            id = n.child[i];
+            l -= 1;
+        }
+        Some(id)
+    }
+}
+
+impl Tdb for Radix {
+    type Space = RadixSpace;
+
+    fn create_space(&mut self, _asid: u16, env: &mut TdbEnv) -> Result<RadixSpace> {
+        let mut s = RadixSpace { nodes: Vec::new(), free_ids: Vec::new(), root: 0, tables: 0 };
+        s.root = s.new_node(env)?;
+        Ok(s)
+    }
+
+    fn destroy_space(&mut self, mut s: RadixSpace, env: &mut TdbEnv) -> Result<()> {
+        for id in 0..s.nodes.len() as u32 {
+            if s.nodes[id as usize].is_some() {
+                s.free_node(id, env)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn find(&mut self, s: &mut RadixSpace, va: u64, env: &mut TdbEnv) -> Option<TObj> {
+        let (_, level, e) = self.descend(s, va, env);
+        (e & PRESENT != 0).then(|| decode(e, va, level_size(level)))
+    }
+
+    fn update(&mut self, s: &mut RadixSpace, o: &TObj, env: &mut TdbEnv) -> Result<()> {
+        let target = leaf_level(o.size).ok_or_else(|| Error::Check(format!("radix cannot map a {} page", o.size)))?;
+        if !o.size.is_aligned(o.va) || !o.size.is_aligned(o.pa) {
+            return Err(Error::Check(format!("unaligned {} mapping va {:#x} pa {:#x}", o.size, o.va, o.pa)));
+        }
+        let mut id = s.root;
+        let mut level = self.levels;
+        while level > target {
+            let i = index(o.va, level);
+            let e = s.node(id).pte[i];
+            env.cost.read(1);
+            if e & PRESENT == 0 {
+                let child = s.new_node(env)?;
+                let cpfn = s.node(child).pfn;
+                let n = s.node_mut(id);
+                n.pte[i] = PRESENT | WRITE | (cpfn.addr() & ADDR_MASK);
+                n.child[i] = child;
+                n.used += 1;
+                env.cost.write(1);
+            } else if e & HUGE != 0 {
+                return Err(Error::Check(format!("{:#x}: a larger page already maps this range", o.va)));
+            }
+            id = s.node(id).child[i];
+            level -= 1;
+        }
+        let i = index(o.va, level);
+        let (e, child) = (s.node(id).pte[i], s.node(id).child[i]);
+        env.cost.read(1);
+        if e & PRESENT != 0 && child != NO_CHILD {
+            // A table below: only an empty one may be replaced by a leaf, and tables are never empty.
+            return Err(Error::Check(format!("{:#x}: smaller pages still map part of this {} range", o.va, o.size)));
+        }
+        let n = s.node_mut(id);
+        if e & PRESENT == 0 {
+            n.used += 1;
+        }
+        n.pte[i] = encode(o);
+        env.cost.write(1);
+        Ok(())
+    }
+
+    fn remove(&mut self, s: &mut RadixSpace, va: u64, size: PageSize, env: &mut TdbEnv) -> Option<TObj> {
+        let target = leaf_level(size)?;
+        let mut path = [(0u32, 0usize); 5];
+        let mut id = s.root;
+        let mut level = self.levels;
+        let mut depth = 0;
+        loop {
+            let i = index(va, level);
+            let e = s.node(id).pte[i];
+            env.cost.read(1);
+            path[depth] = (id, i);
+            depth += 1;
+            if e & PRESENT == 0 {
+                return None;
+            }
+            if level == target {
+                if level > 1 && e & HUGE == 0 {
+                    return None; // a table, not a leaf of this size
+                }
+                break;
+            }
+            if e & HUGE != 0 {
+                return None;
+            }
+            id = s.node(id).child[i];
+            level -= 1;
+        }
+        let (leaf_id, leaf_i) = path[depth - 1];
+        let old = decode(s.node(leaf_id).pte[leaf_i], va, size);
+        // Clear the leaf, then free tables that became empty, bottom-up (never the root).
+        let mut d = depth - 1;
+        loop {
+            let (nid, i) = path[d];
+            let n = s.node_mut(nid);
+            n.pte[i] = 0;
+            n.child[i] = NO_CHILD;
+            n.used -= 1;
+            env.cost.write(1);
+            if n.used > 0 || nid == s.root {
+                break;
+            }
+            if s.free_node(nid, env).is_err() {
+                break;
+            }
+            d -= 1;
+        }
+        Some(old)
+    }
+
+    fn for_each(&mut self, s: &mut RadixSpace, start: u64, end: u64, env: &mut TdbEnv, f: &mut dyn FnMut(&TObj)) {
+        if start < end {
+            self.visit(s, s.root, self.levels, 0, start, end, env, f);
+        }
+    }
+
+    fn range_is_empty(&mut self, s: &mut RadixSpace, start: u64, end: u64, env: &mut TdbEnv) -> bool {
+        start >= end || self.empty_in(s, s.root, self.levels, 0, start, end, env)
+    }
+
+    fn table_bytes(&self, s: &RadixSpace) -> u64 {
+        s.tables * 4096
+    }
+}
+
+impl Driver for Radix {
+    type WalkCache = RadixPwc;
+
+    fn from_config(cfg: &Config) -> Result<Self> {
+        Ok(Radix::new(&cfg.arch.radix))
+    }
+
+    fn new_walk_cache(&self) -> RadixPwc {
+        // Deepest level first, so the first hit is the one that skips most.
+        let levels: Vec<u8> = self.pwc.iter().map(|p| p.level).filter(|&l| l <= self.levels).collect();
+        let caches = self.pwc.iter().filter(|p| p.level <= self.levels).map(|p| WalkCache::new(&p.cache)).collect();
+        let latency = self.pwc.iter().map(|p| p.cache.latency).max().unwrap_or(0);
+        RadixPwc { levels, caches, latency }
+    }
+
+    #[inline]
+    fn walk(&mut self, s: &mut RadixSpace, wc: &mut RadixPwc, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
+        let mut id = s.root;
+        let mut level = self.levels;
+        // Probe every PWC in parallel; the deepest hit wins.
+        if !wc.caches.is_empty() {
+            plan.fixed_cycles += wc.latency;
+            for (k, c) in wc.caches.iter_mut().enumerate() {
+                let l = wc.levels[k];
+                if let Some(child) = c.lookup(asid, va >> entry_shift(l)) {
+                    plan.wc_hits += 1;
+                    if plan.checked && self.table_at(s, va, l - 1) != Some(child as u32) {
+                        plan.violation = Some("stale page-walk-cache entry (table freed or remapped without shootdown)");
+                    }
+                    id = child as u32;
+                    level = l - 1;
+                    break;
+                }
+                plan.wc_misses += 1;
+            }
+        }
+        // References a walk without PWCs would issue: one per level down to the leaf.
+        let top = self.levels;
+        let mut step = 0u8;
+        loop {
+            let n = s.node(id);
+            let i = index(va, level);
+            plan.push(n.pfn.addr() + (i as u64) * 8, step, true);
+            step += 1;
+            let e = n.pte[i];
+            if e & PRESENT == 0 {
+                plan.unfiltered += (top - level + 1) as u32;
+                return None;
+            }
+            if level == 1 || e & HUGE != 0 {
+                plan.unfiltered += (top - level + 1) as u32;
+                let size = level_size(level);
+                return Some(Translation { pbase: e & ADDR_MASK & !size.offset_mask(), size });
+            }
+            let child = n.child[i];
+            if let Some(k) = wc.levels.iter().position(|&l| l == level) {
+                wc.caches[k].insert(asid, va >> entry_shift(level), child as u64);
+            }
+            id = child;
+            level -= 1;
+        }
+    }
+
+    fn invalidate_walk_cache(&self, wc: &mut RadixPwc, asid: u16, start: u64, end: u64) {
+        for (k, c) in wc.caches.iter_mut().enumerate() {
+            let sh = entry_shift(wc.levels[k]);
+            c.invalidate(asid, start >> sh, (end.saturating_sub(1)) >> sh);
+        }
+    }
+
+    fn leaf_sizes(&self) -> &[PageSize] {
+        &SIZES
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::os::phys::PhysMem;
+    use crate::os::tapi::OsCost;
+
+    fn setup(levels: u8) -> (Radix, PhysMem, OsCost) {
+        let cfg = RadixConfig { levels, ..RadixConfig::default() };
+        (Radix::new(&cfg), PhysMem::new(1 << 30, 14), OsCost::default())
+    }
+
+    #[test]
+    fn map_find_walk_remove() {
+        let (mut r, mut phys, mut cost) = setup(4);
+        let mut env = TdbEnv { phys: &mut phys, cost: &mut cost };
+        let mut s = r.create_space(1, &mut env).unwrap();
+        let o = TObj::new(0x7f00_0020_0000, 0x4000_0000, PageSize::M2, prot::RW);
+        r.update(&mut s, &o, &mut env).unwrap();
+        r.update(&mut s, &TObj::new(0x1000, 0x5000, PageSize::K4, prot::READ), &mut env).unwrap();
+        assert_eq!(r.find(&mut s, 0x7f00_0021_2345, &mut env).unwrap().pa, 0x4000_0000);
+        assert!(r.find(&mut s, 0x2000, &mut env).is_none());
+        let mut wc = r.new_walk_cache();
+        let mut plan = WalkPlan::default();
+        let t = r.walk(&mut s, &mut wc, 1, 0x7f00_0021_2345, &mut plan).unwrap();
+        assert_eq!(t.paddr(0x7f00_0021_2345), 0x4001_2345);
+        assert_eq!(plan.refs.len(), 3, "PML4, PDPT, PD leaf");
+        plan.clear();
+        r.walk(&mut s, &mut wc, 1, 0x7f00_0021_0000, &mut plan).unwrap();
+        assert_eq!(plan.refs.len(), 1, "PDPTE-cache hit leaves only the PD read");
+        assert_eq!(plan.unfiltered, 3);
+        // A 4K page inside a 2M-mapped range is an overlap error, never silently accepted.
+        assert!(r.update(&mut s, &TObj::new(0x7f00_0020_1000, 0x9000, PageSize::K4, prot::RW), &mut env).is_err());
+        assert_eq!(r.table_bytes(&s), 6 * 4096); // root; PDPT+PD for the 2M page; PDPT+PD+PT for the 4K page
+        r.remove(&mut s, 0x1000, PageSize::K4, &mut env).unwrap();
+        assert_eq!(r.table_bytes(&s), 3 * 4096, "emptied PDPT/PD/PT freed");
+    }
+
+    #[test]
+    fn five_levels_add_one_reference() {
+        for levels in [4u8, 5] {
+            let (mut r, mut phys, mut cost) = setup(levels);
+            let mut env = TdbEnv { phys: &mut phys, cost: &mut cost };
+            let mut s = r.create_space(1, &mut env).unwrap();
+            r.update(&mut s, &TObj::new(0x1234_5000, 0x8000, PageSize::K4, prot::RW), &mut env).unwrap();
+            let mut wc = r.new_walk_cache();
+            let mut plan = WalkPlan::default();
+            r.walk(&mut s, &mut wc, 1, 0x1234_5000, &mut plan).unwrap();
+            assert_eq!(plan.refs.len(), levels as usize);
+            assert_eq!(plan.unfiltered, levels as u32);
+        }
+    }
+
+    #[test]
+    fn range_checks_and_iterators_agree_with_generic() {
+        let (mut r, mut phys, mut cost) = setup(4);
+        let mut env = TdbEnv { phys: &mut phys, cost: &mut cost };
+        let mut s = r.create_space(1, &mut env).unwrap();
+        let mut pa = 0x1000_0000;
+        for va in [0x20_0000u64, 0x20_1000, 0x3f_f000, 0x60_0000] {
+            r.update(&mut s, &TObj::new(va, pa, PageSize::K4, prot::RW), &mut env).unwrap();
+            pa += 0x1000;
+        }
+        r.update(&mut s, &TObj::new(0x80_0000, 0x4000_0000, PageSize::M2, prot::RW), &mut env).unwrap();
+        for (a, b) in [
+            (0u64, 0x20_0000u64),
+            (0x20_0000, 0x40_0000),
+            (0x40_0000, 0x60_0000),
+            (0x20_2000, 0x3f_f000),
+            (0x7f_f000, 0x81_0000),
+            (0, 0x100_0000),
+        ] {
+            let fast = r.range_is_empty(&mut s, a, b, &mut env);
+            let slow = crate::os::tapi::generic_range_is_empty(&mut r, &mut s, a, b, &mut env);
+            assert_eq!(fast, slow, "range {a:#x}..{b:#x}");
+            let mut v1 = Vec::new();
+            r.for_each(&mut s, a, b, &mut env, &mut |o| v1.push(*o));
+            let mut v2 = Vec::new();
+            crate::os::tapi::generic_for_each(&mut r, &mut s, a, b, &mut env, &mut |o| v2.push(*o));
+            assert_eq!(v1, v2, "range {a:#x}..{b:#x}");
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! The one error type of the library. Every variant prints as one line that names the file, offset or
+//! config key at fault and what was expected, so the CLI can print it and exit with code 2.
+
+use std::fmt;
+
+/// Everything that can go wrong before or during a run because of its inputs.
+#[derive(Debug)]
+pub enum Error {
+    /// A configuration key is unknown, malformed or out of range.
+    Config {
+        /// Dotted key (`mmu.l2_tlb.sets`) or file name plus key.
+        key: String,
+        /// What was expected.
+        msg: String,
+    },
+    /// A trace file is malformed or truncated.
+    Trace {
+        /// The file.
+        path: String,
+        /// Byte offset (in the decompressed stream) where the problem starts.
+        offset: u64,
+        /// What was expected there.
+        msg: String,
+    },
+    /// An I/O failure on a named file.
+    Io {
+        /// The file.
+        path: String,
+        /// The underlying error.
+        err: std::io::Error,
+    },
+    /// A name (design, workload, preset, ...) that does not exist.
+    Unknown {
+        /// What kind of thing ("design", "workload", ...).
+        what: &'static str,
+        /// The name given.
+        name: String,
+        /// The names that exist.
+        known: Vec<String>,
+    },
+    /// A workload's parameter or setup failed.
+    Workload {
+        /// Workload name.
+        name: String,
+        /// What went wrong.
+        msg: String,
+    },
+    /// The simulated machine ran out of physical memory.
+    OutOfMemory(String),
+    /// Checked mode found a translation that disagrees with the OS's ground truth.
+    Check(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Config { key, msg } => write!(f, "config key `{key}`: {msg}"),
+            Error::Trace { path, offset, msg } => write!(f, "trace {path}: at byte offset {offset}: {msg}"),
+            Error::Io { path, err } => write!(f, "{path}: {err}"),
+            Error::Unknown { what, name, known } => {
+                write!(f, "unknown {what} `{name}`; expected one of: {}", known.join(", "))
+            }
+            Error::Workload { name, msg } => write!(f, "workload {name}: {msg}"),
+            Error::OutOfMemory(m) => write!(f, "simulated machine out of physical memory: {m}"),
+            Error::Check(m) => write!(f, "checked mode: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A config error for `key`.
+    pub fn config(key: impl Into<String>, msg: impl Into<String>) -> Error {
+        Error::Config { key: key.into(), msg: msg.into() }
+    }
+    /// An I/O error on `path`.
+    pub fn io(path: impl Into<String>, err: std::io::Error) -> Error {
+        Error::Io { path: path.into(), err }
+    }
+}

@@ -1,0 +1,256 @@
+//! The `xlate` command line.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use xlate::config::{self, Layers};
+use xlate::error::{Error, Result};
+use xlate::{arch, report, sim, trace, workload};
+
+#[derive(Parser)]
+#[command(name = "xlate", version, about = "Simulate virtual-memory translation designs side by side under one OS model")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Args, Clone)]
+struct RunOpts {
+    /// Built-in workload (see `xlate workloads`); default gups.
+    #[arg(long, short)]
+    workload: Option<String>,
+    /// Trace file(s) to run instead of a workload (native, ChampSim, lackey; .gz/.xz/.zst); one process each.
+    #[arg(long, num_args = 1..)]
+    trace: Vec<PathBuf>,
+    /// Machine preset (see `xlate presets`).
+    #[arg(long, short)]
+    preset: Option<String>,
+    /// TOML file overriding the preset and design.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Override any config key: --set mmu.l2.entries=2048 (repeatable).
+    #[arg(long = "set", short = 's')]
+    sets: Vec<String>,
+    /// Compare every walk and TLB hit with the OS's ground truth.
+    #[arg(long)]
+    checked: bool,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the results as CSV to this file.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Print the resolved configuration (TOML) and exit.
+    #[arg(long)]
+    print_config: bool,
+    /// No progress display.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run one design on one workload or trace.
+    Run {
+        /// Design (see `xlate designs`).
+        #[arg(long, short, default_value = "radix4")]
+        design: String,
+        #[command(flatten)]
+        opts: RunOpts,
+    },
+    /// Run several designs on the same workload and compare them.
+    Compare {
+        /// Comma-separated designs; the first is the baseline of the speedups.
+        #[arg(long, value_delimiter = ',', default_value = "radix4,radix4-thp,ideal")]
+        designs: Vec<String>,
+        #[command(flatten)]
+        opts: RunOpts,
+    },
+    /// List the designs.
+    Designs,
+    /// List the built-in workloads and their parameters.
+    Workloads,
+    /// List the machine presets.
+    Presets,
+    /// Measure the simulator's speed (accesses per second of host time).
+    Bench {
+        /// Accesses per benchmark.
+        #[arg(long, default_value_t = 20_000_000)]
+        accesses: u64,
+    },
+    /// Summarize a trace file.
+    TraceInfo {
+        /// The trace.
+        file: PathBuf,
+        /// Stop after this many accesses.
+        #[arg(long)]
+        limit: Option<u64>,
+    },
+    /// Convert a trace between formats (the output format follows its name: *.champsim[.gz|.xz] or native).
+    TraceConvert {
+        /// Input trace.
+        input: PathBuf,
+        /// Output trace.
+        output: PathBuf,
+    },
+}
+
+fn layers(opts: &RunOpts) -> Result<Layers> {
+    let mut sets = Vec::new();
+    if let Some(w) = &opts.workload {
+        workload::lookup(w)?;
+        sets.push(format!("workload.name=\"{w}\""));
+    }
+    if opts.checked {
+        sets.push("sim.checked=true".into());
+    }
+    sets.extend(opts.sets.iter().cloned());
+    let file = match &opts.config {
+        Some(p) => Some((p.display().to_string(), config::read_file(p)?)),
+        None => None,
+    };
+    Ok(Layers { preset: opts.preset.clone(), file, sets })
+}
+
+fn write_outputs(runs: &[sim::RunOutput], opts: &RunOpts) -> Result<()> {
+    if let Some(p) = &opts.json {
+        let v = if runs.len() == 1 { report::json(&runs[0]) } else { serde_json::Value::Array(runs.iter().map(report::json).collect()) };
+        let text = serde_json::to_string_pretty(&v).expect("json");
+        std::fs::write(p, text + "\n").map_err(|e| Error::io(p.display().to_string(), e))?;
+    }
+    if let Some(p) = &opts.csv {
+        std::fs::write(p, report::csv(runs)).map_err(|e| Error::io(p.display().to_string(), e))?;
+    }
+    Ok(())
+}
+
+/// Runs designs one after the other; an interrupt or error keeps what finished.
+fn run_designs(names: &[String], opts: &RunOpts) -> Result<()> {
+    let layers = layers(opts)?;
+    let designs: Vec<&arch::DesignEntry> = names.iter().map(|n| arch::lookup(n)).collect::<Result<_>>()?;
+    let configs: Vec<config::Config> = designs.iter().map(|d| layers.resolve(Some(d.apply))).collect::<Result<_>>()?;
+    if opts.print_config {
+        for (d, c) in designs.iter().zip(&configs) {
+            println!("# design {}\n{}", d.name, config::to_toml(c));
+        }
+        return Ok(());
+    }
+    let mut runs = Vec::new();
+    let mut failure = None;
+    for (d, c) in designs.iter().zip(&configs) {
+        match sim::run(d, c, &opts.trace, !opts.quiet) {
+            Ok(r) => {
+                let stop = r.interrupted;
+                runs.push(r);
+                if stop {
+                    break;
+                }
+            }
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    if !runs.is_empty() {
+        print!("{}", report::table(&runs));
+        write_outputs(&runs, opts)?;
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn bench(accesses: u64) -> Result<()> {
+    println!("xlate bench: {accesses} accesses each, full model (TLBs, PWCs, caches, DRAM), release build expected");
+    for (design, wl, params) in [
+        ("radix4", "gups", vec!["workload.params.table=4G".to_string(), format!("workload.params.updates={}", accesses / 2)]),
+        ("radix4", "stream", vec![format!("workload.params.footprint={}", accesses / 2 * 8)]),
+    ] {
+        let mut sets = vec![format!("workload.name=\"{wl}\"")];
+        sets.extend(params);
+        let cfg = Layers { sets, ..Layers::default() }.resolve(Some(arch::lookup(design)?.apply))?;
+        let r = sim::run(arch::lookup(design)?, &cfg, &[], false)?;
+        println!(
+            "{design:>8} {wl:<7} {:>12} accesses in {:7.3} s (incl. setup {:.3} s): {:7.2} M accesses/s in the access loop",
+            r.core.accesses,
+            r.wall_s,
+            r.setup_s,
+            r.core.accesses as f64 / (r.wall_s - r.setup_s) / 1e6
+        );
+    }
+    Ok(())
+}
+
+fn real_main() -> Result<()> {
+    let cli = Cli::parse();
+    let _ = ctrlc::set_handler(|| {
+        if sim::INTERRUPTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+    });
+    match cli.cmd {
+        Cmd::Run { design, opts } => run_designs(&[design], &opts),
+        Cmd::Compare { designs, opts } => run_designs(&designs, &opts),
+        Cmd::Designs => {
+            for d in arch::DESIGNS {
+                println!("{:<14} {}", d.name, d.description);
+            }
+            Ok(())
+        }
+        Cmd::Workloads => {
+            for w in workload::all() {
+                println!("{:<14} {}", w.name, w.description);
+                for p in w.params {
+                    println!("    {:<16} default {:<10} {}", p.name, p.default, p.help);
+                }
+            }
+            Ok(())
+        }
+        Cmd::Presets => {
+            for p in config::PRESETS {
+                println!("{:<16} {}", p.name, p.description);
+            }
+            Ok(())
+        }
+        Cmd::Bench { accesses } => bench(accesses),
+        Cmd::TraceInfo { file, limit } => {
+            let mut src = trace::open(&file)?;
+            let info = trace::info(src.as_mut(), limit)?;
+            println!("{}", serde_json::to_string_pretty(&info).expect("json"));
+            Ok(())
+        }
+        Cmd::TraceConvert { input, output } => {
+            let name = output.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
+            let fmt = if name.contains(".champsim") { trace::Format::ChampSim } else { trace::Format::Native };
+            let mut src = trace::open(&input)?;
+            let mut sink = trace::create(&output, fmt)?;
+            let mut buf = vec![trace::Access::default(); 4096];
+            let mut n_total = 0u64;
+            loop {
+                let n = src.fill(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                for a in &buf[..n] {
+                    sink.write(a)?;
+                }
+                n_total += n as u64;
+            }
+            sink.finish()?;
+            println!("wrote {n_total} accesses to {}", output.display());
+            Ok(())
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xlate: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,470 @@
+//! One cache level: a [`SetAssoc`] of 64-byte lines plus per-line flags (dirty, translation).
+//!
+//! A cache here is write-back and write-allocate. It keeps its own demand counters split by
+//! data/translation, and keeps the counts of valid and translation-tagged lines up to date on every
+//! fill and eviction, so the epoch sampler reads them in O(1) instead of scanning.
+//!
+//! The line number (`paddr >> 6`) is stored whole as the tag. The set bits are redundant in the tag,
+//! but an evicted tag then *is* the line to write back, with no reconstruction.
+
+use super::assoc::{Replacement, SetAssoc};
+use crate::addr::LINE_BYTES;
+use crate::error::{Error, Result};
+
+/// Geometry, latency and policy of one cache level (a `[mem.l1d]`-style config table).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Capacity in bytes (`"32K"`, `"2M"` or an integer).
+    #[serde(with = "crate::addr::bytes_serde")]
+    pub size: u64,
+    /// Associativity.
+    pub ways: u32,
+    /// Access latency of this level in core cycles (tag + data, as papers quote it).
+    pub latency: u32,
+    /// Replacement policy.
+    pub policy: Replacement,
+}
+
+impl CacheConfig {
+    /// Checks the geometry; `key` is the config path of this table (`"mem.l2"`), used to name the
+    /// offending key in the error.
+    pub fn validate(&self, key: &str) -> Result<()> {
+        if self.ways == 0 {
+            return Err(Error::config(format!("{key}.ways"), "must be at least 1 (got 0)"));
+        }
+        let way_bytes = LINE_BYTES * u64::from(self.ways);
+        if self.size == 0 || !self.size.is_multiple_of(way_bytes) {
+            return Err(Error::config(
+                format!("{key}.size"),
+                format!("must be a positive multiple of 64*ways = {way_bytes} bytes (got {})", self.size),
+            ));
+        }
+        let sets = self.size / way_bytes;
+        if !sets.is_power_of_two() {
+            return Err(Error::config(
+                format!("{key}.size"),
+                format!("size/(64*ways) = {sets} sets is not a power of two (sets are indexed by address bits)"),
+            ));
+        }
+        if usize::try_from(self.size / LINE_BYTES).is_err() {
+            return Err(Error::config(format!("{key}.size"), format!("{} bytes is too large for this host", self.size)));
+        }
+        if self.latency == 0 {
+            return Err(Error::config(format!("{key}.latency"), "must be at least 1 cycle (got 0)"));
+        }
+        Ok(())
+    }
+
+    /// Number of sets (`size / (64 * ways)`); meaningful once [`CacheConfig::validate`] passed.
+    pub fn sets(&self) -> u64 {
+        self.size / (LINE_BYTES * u64::from(self.ways.max(1)))
+    }
+}
+
+/// A dirty line pushed out of a cache, to be written into the next level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Writeback {
+    /// Line number (`paddr >> 6`).
+    pub line: u64,
+    /// Whether the line held translation structures (its tag travels with it).
+    pub translation: bool,
+}
+
+/// Outcome of [`Cache::access`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheResult {
+    /// The line was present.
+    pub hit: bool,
+    /// On a miss, the dirty line the fill evicted, if any.
+    pub writeback: Option<Writeback>,
+}
+
+/// Demand-access counters of one cache level (or of one level summed over cores).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CacheStats {
+    /// Data references looked up.
+    pub data_accesses: u64,
+    /// Data references that hit.
+    pub data_hits: u64,
+    /// Data references that missed.
+    pub data_misses: u64,
+    /// Translation-structure references (page-table walks, RestSeg tags, POM-TLB, ...) looked up.
+    pub translation_accesses: u64,
+    /// Translation references that hit.
+    pub translation_hits: u64,
+    /// Translation references that missed.
+    pub translation_misses: u64,
+    /// Dirty lines evicted and written to the next level.
+    pub writebacks: u64,
+}
+
+impl CacheStats {
+    /// Adds `other` into `self` (summing private caches over cores).
+    pub fn add(&mut self, other: &CacheStats) {
+        self.data_accesses += other.data_accesses;
+        self.data_hits += other.data_hits;
+        self.data_misses += other.data_misses;
+        self.translation_accesses += other.translation_accesses;
+        self.translation_hits += other.translation_hits;
+        self.translation_misses += other.translation_misses;
+        self.writebacks += other.writebacks;
+    }
+}
+
+/// Line flag: modified since it was filled.
+const DIRTY: u8 = 1;
+/// Line flag: filled by a translation-structure reference.
+const TRANSLATION: u8 = 2;
+
+/// One cache level. See the module doc.
+#[derive(Clone, Debug)]
+pub struct Cache {
+    tags: SetAssoc,
+    /// `DIRTY | TRANSLATION` per slot, parallel to the tag array.
+    flags: Vec<u8>,
+    set_mask: u64,
+    latency: u32,
+    valid: u64,
+    translation: u64,
+    /// Demand accesses and hits, indexed by `translation as usize` (0 = data, 1 = translation) so the
+    /// hot path adds without branching.
+    accesses: [u64; 2],
+    hits: [u64; 2],
+    writebacks: u64,
+}
+
+impl Cache {
+    /// An empty cache. `cfg` must have passed [`CacheConfig::validate`] (panics on a zero geometry).
+    pub fn new(cfg: &CacheConfig) -> Self {
+        let sets = cfg.sets() as usize;
+        let ways = cfg.ways as usize;
+        debug_assert!(sets.is_power_of_two(), "unvalidated cache config: {cfg:?}");
+        Cache {
+            tags: SetAssoc::new(sets, ways, cfg.policy),
+            flags: vec![0; sets * ways],
+            set_mask: sets as u64 - 1,
+            latency: cfg.latency,
+            valid: 0,
+            translation: 0,
+            accesses: [0; 2],
+            hits: [0; 2],
+            writebacks: 0,
+        }
+    }
+
+    /// Access latency in cycles.
+    #[inline(always)]
+    pub fn latency(&self) -> u32 {
+        self.latency
+    }
+
+    /// Capacity in lines.
+    pub fn capacity_lines(&self) -> u64 {
+        (self.tags.sets() * self.tags.ways()) as u64
+    }
+
+    #[inline(always)]
+    fn set_of(&self, line: u64) -> usize {
+        (line & self.set_mask) as usize
+    }
+
+    /// Demand access to `line` (`paddr >> 6`): looks it up and, on a miss, fills it (the caller fetches
+    /// it from below). A write marks the line dirty. A fill tags the line as translation or data by
+    /// `translation`; a hit leaves the tag as it was.
+    #[inline]
+    pub fn access(&mut self, line: u64, translation: bool, write: bool) -> CacheResult {
+        if self.lookup(line, translation, write) {
+            CacheResult { hit: true, writeback: None }
+        } else {
+            CacheResult { hit: false, writeback: self.fill(line, translation, write) }
+        }
+    }
+
+    /// The lookup half of [`Cache::access`]: counts a demand access, and on a hit updates replacement
+    /// state and sets dirty if `write`. Does not fill on a miss, so a hierarchy can look every level up
+    /// before filling (a victim's writeback must not disturb a level the same access still has to look in).
+    #[inline]
+    pub fn lookup(&mut self, line: u64, translation: bool, write: bool) -> bool {
+        let t = translation as usize;
+        self.accesses[t] += 1;
+        let set = self.set_of(line);
+        match self.tags.lookup(set, line) {
+            Some(way) => {
+                self.hits[t] += 1;
+                if write {
+                    let slot = self.tags.slot(set, way);
+                    self.flags[slot] |= DIRTY;
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The fill half of [`Cache::access`]: installs `line` (which must be absent) tagged translation or
+    /// data, dirty or clean. Returns the evicted line if it was dirty.
+    #[inline]
+    pub fn fill(&mut self, line: u64, translation: bool, dirty: bool) -> Option<Writeback> {
+        let set = self.set_of(line);
+        let (way, evicted) = self.tags.insert(set, line);
+        let slot = self.tags.slot(set, way);
+        let mut writeback = None;
+        match evicted {
+            Some(old) => {
+                let f = self.flags[slot];
+                self.translation -= u64::from(f & TRANSLATION != 0);
+                if f & DIRTY != 0 {
+                    self.writebacks += 1;
+                    writeback = Some(Writeback { line: old, translation: f & TRANSLATION != 0 });
+                }
+            }
+            None => self.valid += 1,
+        }
+        self.flags[slot] = if dirty { DIRTY } else { 0 } | if translation { TRANSLATION } else { 0 };
+        self.translation += u64::from(translation);
+        writeback
+    }
+
+    /// Absorbs a dirty line written back from the level above (not a demand access: not counted in
+    /// the hit/miss stats). If present it becomes dirty and is promoted as on a hit (it was just in use
+    /// above); otherwise it is allocated dirty with the tag it carries. Returns this level's own dirty
+    /// victim, if the allocation evicted one.
+    #[inline]
+    pub fn writeback(&mut self, line: u64, translation: bool) -> Option<Writeback> {
+        let set = self.set_of(line);
+        match self.tags.lookup(set, line) {
+            Some(way) => {
+                let slot = self.tags.slot(set, way);
+                self.flags[slot] |= DIRTY;
+                None
+            }
+            None => self.fill(line, translation, true),
+        }
+    }
+
+    /// Drops the flags and counts of a slot that is about to be invalidated.
+    #[inline]
+    fn forget_slot(&mut self, slot: usize) {
+        self.translation -= u64::from(self.flags[slot] & TRANSLATION != 0);
+        self.valid -= 1;
+        self.flags[slot] = 0;
+    }
+
+    /// Removes `line` if present. A dirty copy is dropped, not written back: invalidations come from
+    /// page migration, whose copy of the page is charged by the caller.
+    pub fn invalidate(&mut self, line: u64) {
+        let set = self.set_of(line);
+        if let Some(way) = self.tags.probe(set, line) {
+            self.forget_slot(self.tags.slot(set, way));
+            self.tags.invalidate_way(set, way);
+        }
+    }
+
+    /// Removes every line in `[first_line, end_line)`, as [`Cache::invalidate`] does for one line.
+    /// Returns how many lines were present. Probes line by line when the range is smaller than the
+    /// number of sets and scans the whole cache otherwise (a 1 GiB page has more lines than any cache).
+    pub fn invalidate_range(&mut self, first_line: u64, end_line: u64) -> u64 {
+        let n = end_line.saturating_sub(first_line);
+        let mut removed = 0;
+        if n <= self.tags.sets() as u64 {
+            for line in first_line..end_line {
+                let set = self.set_of(line);
+                if let Some(way) = self.tags.probe(set, line) {
+                    self.forget_slot(self.tags.slot(set, way));
+                    self.tags.invalidate_way(set, way);
+                    removed += 1;
+                }
+            }
+        } else {
+            for set in 0..self.tags.sets() {
+                for way in 0..self.tags.ways() {
+                    if let Some(tag) = self.tags.tag_at(set, way) {
+                        if (first_line..end_line).contains(&tag) {
+                            self.forget_slot(self.tags.slot(set, way));
+                            self.tags.invalidate_way(set, way);
+                            removed += 1;
+                        }
+                    }
+                }
+            }
+        }
+        removed
+    }
+
+    /// Whether `line` is present (no state change).
+    pub fn contains(&self, line: u64) -> bool {
+        self.tags.probe(self.set_of(line), line).is_some()
+    }
+
+    /// Valid lines filled by translation references.
+    #[inline(always)]
+    pub fn translation_lines(&self) -> u64 {
+        self.translation
+    }
+
+    /// Valid lines.
+    #[inline(always)]
+    pub fn valid_lines(&self) -> u64 {
+        self.valid
+    }
+
+    /// Demand counters since construction or the last [`Cache::reset_stats`].
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            data_accesses: self.accesses[0],
+            data_hits: self.hits[0],
+            data_misses: self.accesses[0] - self.hits[0],
+            translation_accesses: self.accesses[1],
+            translation_hits: self.hits[1],
+            translation_misses: self.accesses[1] - self.hits[1],
+            writebacks: self.writebacks,
+        }
+    }
+
+    /// Zeroes the counters; contents (and the valid/translation line counts, which describe contents)
+    /// stay.
+    pub fn reset_stats(&mut self) {
+        self.accesses = [0; 2];
+        self.hits = [0; 2];
+        self.writebacks = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2 sets × 2 ways, LRU: lines with the same parity share a set.
+    fn tiny() -> Cache {
+        let cfg = CacheConfig { size: 256, ways: 2, latency: 3, policy: Replacement::Lru };
+        cfg.validate("t").unwrap();
+        Cache::new(&cfg)
+    }
+
+    #[test]
+    fn hit_miss_eviction_writeback() {
+        let mut c = tiny();
+        // Set 0 receives lines 0, 2, 4.
+        assert_eq!(c.access(0, false, true), CacheResult { hit: false, writeback: None }); // 0 dirty
+        assert_eq!(c.access(2, false, false), CacheResult { hit: false, writeback: None });
+        assert!(c.access(0, false, false).hit); // 0 most recent: LRU order 2, 0
+                                                // Set 1 is independent.
+        assert_eq!(c.access(1, false, false), CacheResult { hit: false, writeback: None });
+        // 4 evicts 2 (clean): no writeback.
+        assert_eq!(c.access(4, false, false), CacheResult { hit: false, writeback: None });
+        // 6 evicts 0 (dirty since the first write): written back.
+        assert_eq!(c.access(6, false, false), CacheResult { hit: false, writeback: Some(Writeback { line: 0, translation: false }) });
+        assert!(!c.contains(0) && c.contains(4) && c.contains(6) && c.contains(1));
+        // A write hit makes a clean line dirty; its later eviction writes it back.
+        assert!(c.access(4, false, true).hit);
+        assert_eq!(c.access(8, false, false).writeback, None); // evicts 6 (clean)
+        assert_eq!(c.access(10, false, false).writeback, Some(Writeback { line: 4, translation: false }));
+        let s = c.stats();
+        assert_eq!((s.data_accesses, s.data_hits, s.data_misses, s.writebacks), (9, 2, 7, 2));
+        assert_eq!(c.valid_lines(), 3);
+        assert_eq!(c.latency(), 3);
+        assert_eq!(c.capacity_lines(), 4);
+    }
+
+    #[test]
+    fn translation_lines_follow_fills_and_evictions() {
+        let mut c = tiny();
+        c.access(0, true, false);
+        c.access(1, true, true);
+        assert_eq!((c.translation_lines(), c.valid_lines()), (2, 2));
+        // A data hit on a translation line does not retag it.
+        assert!(c.access(0, false, false).hit);
+        assert_eq!(c.translation_lines(), 2);
+        c.access(2, false, false); // set 0 now {0 translation, 2 data}
+        c.access(4, false, false); // evicts 0 (LRU): translation line gone
+        assert_eq!((c.translation_lines(), c.valid_lines()), (1, 3));
+        // The dirty translation line carries its tag when written back.
+        c.access(3, false, false);
+        assert_eq!(c.access(5, false, false).writeback, Some(Writeback { line: 1, translation: true }));
+        assert_eq!((c.translation_lines(), c.valid_lines()), (0, 4));
+        // Refilling by a translation reference tags it again; invalidation untags.
+        c.access(6, true, false);
+        assert_eq!(c.translation_lines(), 1);
+        c.invalidate(6);
+        c.invalidate(6);
+        assert_eq!((c.translation_lines(), c.valid_lines()), (0, 3));
+        let s = c.stats();
+        assert_eq!((s.translation_accesses, s.translation_misses, s.data_hits), (3, 3, 1));
+    }
+
+    #[test]
+    fn writeback_into_level_allocates_dirty_and_keeps_tag() {
+        let mut c = tiny();
+        assert_eq!(c.writeback(0, true), None);
+        assert_eq!((c.translation_lines(), c.valid_lines()), (1, 1));
+        assert_eq!(c.stats(), CacheStats::default(), "a writeback is not a demand access");
+        c.access(2, false, false);
+        // 0 was the older of the two; 4 evicts it and it is dirty.
+        assert_eq!(c.access(4, false, false).writeback, Some(Writeback { line: 0, translation: true }));
+        // A writeback to a present clean line dirties it in place.
+        assert_eq!(c.writeback(2, false), None);
+        assert_eq!(c.access(6, false, false).writeback, None); // evicts 4 (2 was promoted)
+        assert_eq!(c.access(8, false, false).writeback, Some(Writeback { line: 2, translation: false }));
+    }
+
+    #[test]
+    fn invalidate_range_both_paths() {
+        let cfg = CacheConfig { size: 64 * 4 * 8, ways: 4, latency: 1, policy: Replacement::Srrip };
+        cfg.validate("t").unwrap();
+        let mut a = Cache::new(&cfg);
+        for l in 0..32 {
+            a.access(l, l % 3 == 0, false);
+        }
+        let mut b = a.clone();
+        // 8 sets: a 5-line range probes, a 20-line range scans; both must agree with a per-line loop.
+        assert_eq!(a.invalidate_range(10, 15), 5);
+        for l in 10..15 {
+            b.invalidate(l);
+        }
+        assert_eq!((a.valid_lines(), a.translation_lines()), (b.valid_lines(), b.translation_lines()));
+        assert_eq!(a.invalidate_range(5, 25), 15);
+        for l in 5..25 {
+            b.invalidate(l);
+        }
+        assert_eq!((a.valid_lines(), a.translation_lines()), (b.valid_lines(), b.translation_lines()));
+        assert_eq!(a.valid_lines(), 12);
+        assert!((0..32).all(|l| a.contains(l) != (5..25).contains(&l)));
+    }
+
+    #[test]
+    fn reset_stats_keeps_contents() {
+        let mut c = tiny();
+        c.access(0, true, false);
+        c.reset_stats();
+        assert_eq!(c.stats(), CacheStats::default());
+        assert!(c.access(0, true, false).hit);
+        assert_eq!(c.translation_lines(), 1);
+    }
+
+    #[test]
+    fn validation_names_key_and_expectation() {
+        let ok = CacheConfig { size: 2 << 20, ways: 16, latency: 16, policy: Replacement::Srrip };
+        ok.validate("mem.l2").unwrap();
+        assert_eq!(ok.sets(), 2048);
+        let msg = |c: CacheConfig| c.validate("mem.l2").unwrap_err().to_string();
+        let m = msg(CacheConfig { ways: 0, ..ok.clone() });
+        assert!(m.contains("`mem.l2.ways`") && m.contains("at least 1"), "{m}");
+        let m = msg(CacheConfig { size: 1000, ..ok.clone() });
+        assert!(m.contains("`mem.l2.size`") && m.contains("multiple of 64*ways = 1024"), "{m}");
+        let m = msg(CacheConfig { size: 24 * 1024, ..ok.clone() });
+        assert!(m.contains("`mem.l2.size`") && m.contains("size/(64*ways) = 24 sets is not a power of two"), "{m}");
+        let m = msg(CacheConfig { latency: 0, ..ok.clone() });
+        assert!(m.contains("`mem.l2.latency`") && m.contains("at least 1 cycle"), "{m}");
+        let m = msg(CacheConfig { size: 0, ..ok });
+        assert!(m.contains("`mem.l2.size`"), "{m}");
+    }
+
+    #[test]
+    fn config_reads_human_sizes() {
+        let c: CacheConfig = toml::from_str("size = \"32K\"\nways = 8\nlatency = 4\npolicy = \"lru\"").unwrap();
+        assert_eq!(c, CacheConfig { size: 32 << 10, ways: 8, latency: 4, policy: Replacement::Lru });
+        assert!(toml::from_str::<CacheConfig>("size = 64\nways = 1\nlatency = 1\npolicy = \"lru\"\nsets = 1").is_err());
+        assert!(toml::from_str::<CacheConfig>("size = 64\nways = 1\nlatency = 1\npolicy = \"plru\"").is_err());
+    }
+}

@@ -1,0 +1,552 @@
+//! The memory hierarchy: per-core L1D and L2, one shared LLC, one DRAM.
+//!
+//! This layer knows caches and DRAM and nothing about translation, except one bit per reference and per
+//! line: "translation structure" or "data". That bit is what the interference metrics need (the share
+//! of cache lines holding page-table entries, Utopia Fig. 7; DRAM row-buffer conflicts split by cause,
+//! Fig. 8/21).
+//!
+//! - [`assoc`]: the generic set-associative tag store (also used by TLBs, walk caches, POM-TLB, RestSeg);
+//! - [`cache`]: one write-back, write-allocate cache level with per-line dirty/translation flags;
+//! - [`dram`]: channels, ranks, banks and open rows;
+//! - this module: [`MemConfig`] and [`MemHierarchy`], the path every simulated reference takes.
+//!
+//! The hierarchy is non-inclusive and non-exclusive (NINE): a miss fills every level it looked up, on
+//! the way back from the level that served it; an eviction from one level never invalidates another;
+//! dirty victims are written to the next level down (L1 → L2 → LLC → DRAM). Latency is the sum of the
+//! latencies of every level looked up, plus DRAM's when the reference reaches it. The model is a
+//! latency model without contention: no MSHRs, queues or bandwidth limits, and write-backs cost no
+//! latency to the access that caused them (DRAM still counts them and their row-buffer effects).
+//! `docs/memory-model.md` describes the model and its simplifications in full.
+#![warn(missing_docs)]
+
+pub mod assoc;
+pub mod cache;
+pub mod dram;
+
+pub use assoc::{Replacement, SetAssoc, INVALID_TAG};
+pub use cache::{Cache, CacheConfig, CacheResult, CacheStats, Writeback};
+pub use dram::{Dram, DramConfig, DramStats};
+
+use crate::addr::LINE_SHIFT;
+use crate::error::Result;
+
+/// Where a reference was served (or, as an argument, the level it enters the hierarchy at). Ordered
+/// from the core outwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// The core's private L1 data cache.
+    L1,
+    /// The core's private L2.
+    L2,
+    /// The shared last-level cache.
+    Llc,
+    /// Main memory.
+    Dram,
+}
+
+/// The memory hierarchy of the machine (the `[mem]` config table). Keys left out of a config file
+/// take the [`Default`] (Utopia MICRO'23 Table 1) values; a cache table given must be complete.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemConfig {
+    /// Private L1 data cache of each core.
+    pub l1d: CacheConfig,
+    /// Private (unified) L2 of each core.
+    pub l2: CacheConfig,
+    /// Shared last-level cache.
+    pub llc: CacheConfig,
+    /// If true, `llc.size` is per core and the shared LLC is `cores` slices of that size (an address is
+    /// hashed to a slice, as in sliced Intel LLCs); if false, `llc.size` is the whole LLC.
+    pub llc_per_core: bool,
+    /// Main memory.
+    pub dram: DramConfig,
+}
+
+impl Default for MemConfig {
+    fn default() -> Self {
+        MemConfig {
+            l1d: CacheConfig {
+                size: 32 << 10,           // Utopia Table 1: L1 D-cache 32 KB
+                ways: 8,                  // Utopia Table 1: 8-way
+                latency: 4,               // Utopia Table 1: 4-cycle access latency
+                policy: Replacement::Lru, // Utopia Table 1: LRU replacement policy
+            },
+            l2: CacheConfig {
+                size: 2 << 20,              // Utopia Table 1: L2 2 MB
+                ways: 16,                   // Utopia Table 1: 16-way
+                latency: 16,                // Utopia Table 1: 16-cycle latency
+                policy: Replacement::Srrip, // Utopia Table 1: SRRIP replacement policy [Jaleel ISCA'10]
+            },
+            llc: CacheConfig {
+                size: 2 << 20,            // Utopia Table 1: LLC 2 MB/core
+                ways: 16,                 // Utopia Table 1: 16-way
+                latency: 35,              // Utopia Table 1: 35-cycle latency
+                policy: Replacement::Lru, // Utopia Table 1 names no LLC policy; LRU is our assumption
+            },
+            llc_per_core: true,          // Utopia Table 1: "2 MB/core"
+            dram: DramConfig::default(), // Utopia Table 1: DDR4-3200 (see DramConfig::default)
+        }
+    }
+}
+
+impl MemConfig {
+    /// Checks every level; `key` is the config path of this table (`"mem"`), so errors name keys such as
+    /// `mem.l2.ways`.
+    pub fn validate(&self, key: &str) -> Result<()> {
+        self.l1d.validate(&format!("{key}.l1d"))?;
+        self.l2.validate(&format!("{key}.l2"))?;
+        self.llc.validate(&format!("{key}.llc"))?;
+        self.dram.validate(&format!("{key}.dram"))
+    }
+
+    /// Number of LLC slices for `cores` cores.
+    pub fn llc_slices(&self, cores: usize) -> usize {
+        if self.llc_per_core {
+            cores.max(1)
+        } else {
+            1
+        }
+    }
+}
+
+/// Counters of the whole hierarchy (private levels summed over cores).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct MemStats {
+    /// L1D demand accesses, summed over cores.
+    pub l1d: CacheStats,
+    /// L2 demand accesses, summed over cores.
+    pub l2: CacheStats,
+    /// LLC demand accesses.
+    pub llc: CacheStats,
+    /// Share (0..1) of valid L1D lines that hold translation structures: per sample the mean over cores
+    /// with a non-empty L1D, then the mean over samples.
+    pub pt_lines_fraction_l1d: f64,
+    /// Same for L2.
+    pub pt_lines_fraction_l2: f64,
+    /// Share (0..1) of valid LLC lines that hold translation structures, mean over samples.
+    pub pt_lines_fraction_llc: f64,
+    /// Number of [`MemHierarchy::sample_epoch`] calls behind the fractions.
+    pub epoch_samples: u64,
+    /// Lines removed by [`MemHierarchy::flush_range`] (one per copy, per level).
+    pub flushed_lines: u64,
+    /// DRAM counters.
+    pub dram: DramStats,
+}
+
+/// Multiplier of the LLC slice hash (2^64 / golden ratio): Fibonacci hashing spreads consecutive and
+/// strided lines evenly over any number of slices. Real slice hashes are undocumented XOR functions;
+/// what matters here is only an even, deterministic spread.
+const SLICE_HASH: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// Per-core L1D and L2, a shared LLC, DRAM, and the hierarchy's counters.
+#[derive(Clone, Debug)]
+pub struct MemHierarchy {
+    l1: Vec<Cache>,
+    l2: Vec<Cache>,
+    /// LLC slices (one unless `llc_per_core`).
+    llc: Vec<Cache>,
+    llc_slices: u64,
+    dram: Dram,
+    /// Sums over samples of the translation-line fractions of L1D, L2, LLC.
+    pt_sum: [f64; 3],
+    samples: u64,
+    flushed_lines: u64,
+}
+
+impl MemHierarchy {
+    /// Empty caches, closed DRAM rows. `cfg` must have passed [`MemConfig::validate`]; `cores >= 1`;
+    /// `core_ghz` converts DRAM nanoseconds to core cycles.
+    pub fn new(cfg: &MemConfig, cores: usize, core_ghz: f64) -> Self {
+        assert!(cores >= 1, "a memory hierarchy needs at least one core");
+        let slices = cfg.llc_slices(cores);
+        MemHierarchy {
+            l1: (0..cores).map(|_| Cache::new(&cfg.l1d)).collect(),
+            l2: (0..cores).map(|_| Cache::new(&cfg.l2)).collect(),
+            llc: (0..slices).map(|_| Cache::new(&cfg.llc)).collect(),
+            llc_slices: slices as u64,
+            dram: Dram::new(&cfg.dram, core_ghz),
+            pt_sum: [0.0; 3],
+            samples: 0,
+            flushed_lines: 0,
+        }
+    }
+
+    /// Number of cores (private L1D/L2 pairs).
+    pub fn cores(&self) -> usize {
+        self.l1.len()
+    }
+
+    /// LLC slice holding `line`.
+    #[inline(always)]
+    fn llc_slice(&self, line: u64) -> usize {
+        if self.llc_slices == 1 {
+            return 0;
+        }
+        // High 32 bits of the product, scaled to 0..slices by a multiply-shift (no division).
+        let h = line.wrapping_mul(SLICE_HASH) >> 32;
+        ((h * self.llc_slices) >> 32) as usize
+    }
+
+    /// One reference from `core` entering at `enter` (L1 for loads/stores; the page walker may enter at L1
+    /// or L2 by config). Returns the latency in core cycles and the level that served it.
+    ///
+    /// Latency is cumulative: the latency of every level looked up down to the one that serves it, plus
+    /// DRAM's latency if it goes to DRAM. On a miss the line is filled, on the way back, into every level
+    /// looked up (deepest first), tagged `translation` or data; only the entry level receives the line
+    /// dirty on a `write` (the levels below supplied a clean copy). Dirty victims are written back to the
+    /// next level (L1 → L2 → LLC → DRAM); the DRAM write is counted in DRAM stats but not charged to this
+    /// access.
+    #[inline]
+    pub fn access(&mut self, core: usize, paddr: u64, translation: bool, write: bool, enter: Level) -> (u32, Level) {
+        let line = paddr >> LINE_SHIFT;
+        let entry = enter as u8;
+        let mut latency = 0u32;
+        // Look every level up before filling any: a victim written back into a lower level must not
+        // displace the line this same reference is about to look for there.
+        let served = 'probe: {
+            if entry <= Level::L1 as u8 {
+                let c = &mut self.l1[core];
+                latency += c.latency();
+                if c.lookup(line, translation, write) {
+                    break 'probe Level::L1;
+                }
+            }
+            if entry <= Level::L2 as u8 {
+                let c = &mut self.l2[core];
+                latency += c.latency();
+                if c.lookup(line, translation, write && enter == Level::L2) {
+                    break 'probe Level::L2;
+                }
+            }
+            if entry <= Level::Llc as u8 {
+                let slice = self.llc_slice(line);
+                let c = &mut self.llc[slice];
+                latency += c.latency();
+                if c.lookup(line, translation, write && enter == Level::Llc) {
+                    break 'probe Level::Llc;
+                }
+            }
+            latency += self.dram.access(paddr, translation, write && enter == Level::Dram);
+            Level::Dram
+        };
+        let served_at = served as u8;
+        if served_at > Level::Llc as u8 && entry <= Level::Llc as u8 {
+            let slice = self.llc_slice(line);
+            if let Some(wb) = self.llc[slice].fill(line, translation, write && enter == Level::Llc) {
+                self.write_dram(wb);
+            }
+        }
+        if served_at > Level::L2 as u8 && entry <= Level::L2 as u8 {
+            if let Some(wb) = self.l2[core].fill(line, translation, write && enter == Level::L2) {
+                self.write_llc(wb);
+            }
+        }
+        if served_at > Level::L1 as u8 && entry == Level::L1 as u8 {
+            if let Some(wb) = self.l1[core].fill(line, translation, write) {
+                self.write_l2(core, wb);
+            }
+        }
+        (latency, served)
+    }
+
+    /// An L1 victim written into the core's L2 (and onwards if that evicts a dirty line).
+    #[inline]
+    fn write_l2(&mut self, core: usize, wb: Writeback) {
+        if let Some(next) = self.l2[core].writeback(wb.line, wb.translation) {
+            self.write_llc(next);
+        }
+    }
+
+    /// An L2 victim written into the LLC.
+    #[inline]
+    fn write_llc(&mut self, wb: Writeback) {
+        let slice = self.llc_slice(wb.line);
+        if let Some(next) = self.llc[slice].writeback(wb.line, wb.translation) {
+            self.write_dram(next);
+        }
+    }
+
+    /// An LLC victim written to DRAM: counted, row buffer updated, latency not charged to anyone.
+    #[inline]
+    fn write_dram(&mut self, wb: Writeback) {
+        self.dram.access(wb.line << LINE_SHIFT, wb.translation, true);
+    }
+
+    /// Invalidates every line of `[paddr, paddr + bytes)` in all caches (page migration flushes). Dirty
+    /// copies are dropped without a write-back: the migration's copy of the page is charged by the OS
+    /// model, and the old frame's contents are dead once it completes.
+    pub fn flush_range(&mut self, paddr: u64, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        let first = paddr >> LINE_SHIFT;
+        let end = (paddr.saturating_add(bytes - 1) >> LINE_SHIFT) + 1;
+        let mut removed = 0;
+        for c in self.l1.iter_mut().chain(self.l2.iter_mut()).chain(self.llc.iter_mut()) {
+            removed += c.invalidate_range(first, end);
+        }
+        self.flushed_lines += removed;
+    }
+
+    /// Samples the share of valid lines holding translation structures in L1D, L2 (mean over cores whose
+    /// cache holds anything) and the LLC (all slices pooled). Called by the simulator once per epoch; the
+    /// stats report the mean over samples. O(cores): the line counts are kept incrementally.
+    pub fn sample_epoch(&mut self) {
+        fn mean_over_cores(caches: &[Cache]) -> f64 {
+            let (mut sum, mut n) = (0.0, 0u32);
+            for c in caches.iter().filter(|c| c.valid_lines() > 0) {
+                sum += c.translation_lines() as f64 / c.valid_lines() as f64;
+                n += 1;
+            }
+            if n == 0 {
+                0.0
+            } else {
+                sum / f64::from(n)
+            }
+        }
+        let (t, v) = self.llc.iter().fold((0u64, 0u64), |(t, v), c| (t + c.translation_lines(), v + c.valid_lines()));
+        self.pt_sum[0] += mean_over_cores(&self.l1);
+        self.pt_sum[1] += mean_over_cores(&self.l2);
+        self.pt_sum[2] += if v == 0 { 0.0 } else { t as f64 / v as f64 };
+        self.samples += 1;
+    }
+
+    /// Counters since construction or the last [`MemHierarchy::reset_stats`].
+    pub fn stats(&self) -> MemStats {
+        fn sum(caches: &[Cache]) -> CacheStats {
+            let mut s = CacheStats::default();
+            caches.iter().for_each(|c| s.add(&c.stats()));
+            s
+        }
+        let mean = |i: usize| if self.samples == 0 { 0.0 } else { self.pt_sum[i] / self.samples as f64 };
+        MemStats {
+            l1d: sum(&self.l1),
+            l2: sum(&self.l2),
+            llc: sum(&self.llc),
+            pt_lines_fraction_l1d: mean(0),
+            pt_lines_fraction_l2: mean(1),
+            pt_lines_fraction_llc: mean(2),
+            epoch_samples: self.samples,
+            flushed_lines: self.flushed_lines,
+            dram: self.dram.stats(),
+        }
+    }
+
+    /// Zeroes every counter and the epoch samples, keeping cache contents and open DRAM rows (end of
+    /// warm-up).
+    pub fn reset_stats(&mut self) {
+        for c in self.l1.iter_mut().chain(self.l2.iter_mut()).chain(self.llc.iter_mut()) {
+            c.reset_stats();
+        }
+        self.dram.reset_stats();
+        self.pt_sum = [0.0; 3];
+        self.samples = 0;
+        self.flushed_lines = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Utopia's core clock (Table 1), at which the default DRAM costs 52 / 85 / 117 cycles for a row hit /
+    /// closed bank / conflict (see dram.rs).
+    const GHZ: f64 = 2.6;
+    const ROW_HIT: u32 = 52;
+    const ROW_CLOSED: u32 = 85;
+
+    fn hierarchy(cores: usize) -> MemHierarchy {
+        let cfg = MemConfig::default();
+        cfg.validate("mem").unwrap();
+        MemHierarchy::new(&cfg, cores, GHZ)
+    }
+
+    #[test]
+    fn first_access_from_dram_second_from_l1() {
+        let mut h = hierarchy(1);
+        assert_eq!(h.access(0, 0x1234_5678, false, false, Level::L1), (4 + 16 + 35 + ROW_CLOSED, Level::Dram));
+        assert_eq!(h.access(0, 0x1234_5678, false, false, Level::L1), (4, Level::L1));
+        // Another byte of the same line is the same line.
+        assert_eq!(h.access(0, 0x1234_567f, false, true, Level::L1), (4, Level::L1));
+        let s = h.stats();
+        assert_eq!((s.l1d.data_accesses, s.l1d.data_hits, s.l1d.data_misses), (3, 2, 1));
+        assert_eq!((s.l2.data_accesses, s.l2.data_misses, s.llc.data_misses), (1, 1, 1));
+        assert_eq!((s.dram.data_reads, s.dram.data_row_misses), (1, 1));
+    }
+
+    #[test]
+    fn entering_at_l2_skips_l1() {
+        let mut h = hierarchy(1);
+        let pa = 0x4000_0000;
+        assert_eq!(h.access(0, pa, true, false, Level::L2), (16 + 35 + ROW_CLOSED, Level::Dram));
+        assert_eq!(h.access(0, pa, true, false, Level::L2), (16, Level::L2));
+        let s = h.stats();
+        assert_eq!(s.l1d, CacheStats::default());
+        assert_eq!((s.l2.translation_accesses, s.l2.translation_hits), (2, 1));
+        assert_eq!(s.dram.translation_reads, 1);
+        // The line was not filled into L1 either: a load entering at L1 misses there and hits L2.
+        assert_eq!(h.access(0, pa, false, false, Level::L1), (4 + 16, Level::L2));
+        assert_eq!(h.access(0, pa, false, false, Level::L1), (4, Level::L1));
+        // Entering at the LLC or DRAM.
+        assert_eq!(h.access(0, pa, false, false, Level::Llc), (35, Level::Llc));
+        assert_eq!(h.access(0, pa + 64, false, false, Level::Dram), (ROW_HIT, Level::Dram));
+    }
+
+    #[test]
+    fn shared_llc_serves_other_cores() {
+        let mut h = hierarchy(2);
+        let pa = 0x7_0000;
+        h.access(0, pa, false, false, Level::L1);
+        assert_eq!(h.access(1, pa, false, false, Level::L1), (4 + 16 + 35, Level::Llc));
+        assert_eq!(h.access(0, pa, false, false, Level::L1), (4, Level::L1));
+        // Same row as before: the second DRAM read is a row hit.
+        assert_eq!(h.access(1, pa + 64, false, false, Level::L1), (4 + 16 + 35 + ROW_HIT, Level::Dram));
+    }
+
+    /// One set of two ways at every level (LRU) and one LLC slice: evictions are easy to follow.
+    fn one_set() -> MemConfig {
+        let tiny = |latency| CacheConfig { size: 128, ways: 2, latency, policy: Replacement::Lru };
+        MemConfig { l1d: tiny(1), l2: tiny(2), llc: tiny(3), llc_per_core: false, dram: DramConfig::default() }
+    }
+
+    #[test]
+    fn dirty_lines_travel_down_to_dram() {
+        let cfg = one_set();
+        cfg.validate("mem").unwrap();
+        let mut h = MemHierarchy::new(&cfg, 1, GHZ);
+        // Lines A..G are 512 B apart: channel 0, bank 0, row 0 for all, so after the first DRAM access
+        // every read and the write-back are row hits.
+        let pa = |i: u64| i * 512;
+        // Contents after each step (LRU order, oldest first; * = dirty):
+        // W A (translation, e.g. a walker setting A/D bits): L1 [A*] L2 [A] LLC [A]
+        h.access(0, pa(0), true, true, Level::L1);
+        // R B: L1 [A* B] L2 [A B] LLC [A B]
+        h.access(0, pa(1), false, false, Level::L1);
+        // R C: LLC evicts A (clean) → [B C]; L2 evicts A → [B C]; L1 evicts A* → written into L2, which
+        //      evicts B (clean) → L2 [C A*]; L1 [B C]
+        h.access(0, pa(2), false, false, Level::L1);
+        // R D: LLC [C D]; L2 evicts C → [A* D]; L1 [C D]
+        h.access(0, pa(3), false, false, Level::L1);
+        // R E: LLC [D E]; L2 evicts A* → written into LLC, which evicts D (clean) → LLC [E A*]; L1 [D E]
+        h.access(0, pa(4), false, false, Level::L1);
+        // R F: LLC evicts E → [A* F]; L2 [E F]; L1 [E F]
+        h.access(0, pa(5), false, false, Level::L1);
+        assert_eq!(h.stats().dram.translation_writes, 0);
+        // R G: LLC evicts A* → DRAM write (a row hit), not charged to G.
+        assert_eq!(h.access(0, pa(6), false, false, Level::L1), (1 + 2 + 3 + ROW_HIT, Level::Dram));
+        let s = h.stats();
+        assert_eq!((s.l1d.writebacks, s.l2.writebacks, s.llc.writebacks), (1, 1, 1));
+        assert_eq!((s.dram.translation_writes, s.dram.data_writes), (1, 0));
+        assert_eq!((s.dram.translation_reads, s.dram.data_reads), (1, 6));
+        assert_eq!((s.dram.translation_row_hits, s.dram.data_row_hits, s.dram.data_row_misses), (1, 6, 0));
+        assert_eq!(s.dram.translation_row_misses, 1);
+    }
+
+    #[test]
+    fn translation_share_is_sampled_per_epoch() {
+        let mut h = hierarchy(2);
+        for i in 0..3u64 {
+            h.access(0, i << 12, true, false, Level::L1);
+        }
+        h.access(0, 0x10_0000, false, false, Level::L1);
+        h.sample_epoch(); // L1 core 0: 3/4, core 1 empty (ignored); L2 same; LLC 3/4
+        for i in 0..4u64 {
+            h.access(1, 0x20_0000 + (i << 12), false, false, Level::L1);
+        }
+        h.sample_epoch(); // L1: (3/4 + 0) / 2; L2 same; LLC 3/8
+        let s = h.stats();
+        assert_eq!(s.epoch_samples, 2);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert!(close(s.pt_lines_fraction_l1d, (0.75 + 0.375) / 2.0), "{}", s.pt_lines_fraction_l1d);
+        assert!(close(s.pt_lines_fraction_l2, (0.75 + 0.375) / 2.0));
+        assert!(close(s.pt_lines_fraction_llc, (0.75 + 0.375) / 2.0));
+        let json = serde_json::to_value(&s).unwrap();
+        assert!(json["pt_lines_fraction_llc"].is_f64() && json["dram"]["translation_row_conflicts"].is_u64());
+    }
+
+    #[test]
+    fn reset_stats_keeps_contents() {
+        let mut h = hierarchy(1);
+        h.access(0, 0x9000, false, false, Level::L1);
+        h.sample_epoch();
+        h.reset_stats();
+        assert_eq!(h.stats(), MemStats::default());
+        assert_eq!(h.access(0, 0x9000, false, false, Level::L1), (4, Level::L1));
+        assert_eq!(h.access(0, 0x9040, false, false, Level::L1).0, 4 + 16 + 35 + ROW_HIT, "rows stay open");
+        assert_eq!(h.stats().l1d.data_hits, 1);
+    }
+
+    #[test]
+    fn flush_range_invalidates_every_level() {
+        let mut h = hierarchy(2);
+        let page = 0x5_0000;
+        h.access(0, page, false, true, Level::L1);
+        h.access(1, page + 0xfc0, false, false, Level::L1);
+        h.access(0, page + 0x1000, false, false, Level::L1); // next page: kept
+        h.flush_range(page, 4096);
+        // Line 0 in core 0's L1 and L2, line 63 in core 1's L1 and L2, both in the shared LLC: 6 copies.
+        assert_eq!(h.stats().flushed_lines, 6);
+        assert_eq!(h.access(0, page, false, false, Level::L1).1, Level::Dram);
+        assert_eq!(h.access(0, page + 0x1000, false, false, Level::L1), (4, Level::L1));
+        // A huge range takes the scanning path and gives the same result.
+        h.flush_range(0, 1 << 30);
+        assert_eq!(h.access(0, page + 0x1000, false, false, Level::L1).1, Level::Dram);
+        h.flush_range(0, 0);
+    }
+
+    #[test]
+    fn per_core_llc_slices_any_core_count() {
+        let cfg = MemConfig { llc: CacheConfig { size: 4096, ways: 2, latency: 35, policy: Replacement::Lru }, ..MemConfig::default() };
+        cfg.validate("mem").unwrap();
+        let mut h = MemHierarchy::new(&cfg, 3, GHZ);
+        assert_eq!(h.llc.len(), 3);
+        let mut per_slice = [0u32; 3];
+        for line in 0..3000u64 {
+            per_slice[h.llc_slice(line)] += 1;
+        }
+        assert!(per_slice.iter().all(|&n| (900..1100).contains(&n)), "{per_slice:?}");
+        // Total LLC capacity is 3 × 64 lines: 150 lines touched by core 0 all fit, so core 1 finds them.
+        for line in 0..150u64 {
+            h.access(0, line << 6, false, false, Level::L1);
+        }
+        let hits = (0..150u64).filter(|&l| h.access(1, l << 6, false, false, Level::L1).1 == Level::Llc).count();
+        assert!(hits > 120, "{hits}");
+        let unsliced = MemConfig { llc_per_core: false, ..cfg };
+        assert_eq!(MemHierarchy::new(&unsliced, 3, GHZ).llc.len(), 1);
+        assert_eq!(h.cores(), 3);
+    }
+
+    #[test]
+    fn validation_names_nested_keys() {
+        let mut cfg = MemConfig::default();
+        cfg.l2.ways = 0;
+        let m = cfg.validate("mem").unwrap_err().to_string();
+        assert!(m.contains("`mem.l2.ways`") && m.contains("at least 1"), "{m}");
+        let mut cfg = MemConfig::default();
+        cfg.llc.size = 3 << 20;
+        let m = cfg.validate("mem").unwrap_err().to_string();
+        assert!(m.contains("`mem.llc.size`") && m.contains("3072 sets is not a power of two"), "{m}");
+        let mut cfg = MemConfig::default();
+        cfg.dram.banks = 3;
+        let m = cfg.validate("mem").unwrap_err().to_string();
+        assert!(m.contains("`mem.dram.banks`") && m.contains("power of two"), "{m}");
+        let mut cfg = MemConfig::default();
+        cfg.l1d.latency = 0;
+        assert!(cfg.validate("mem").unwrap_err().to_string().contains("`mem.l1d.latency`"));
+    }
+
+    #[test]
+    fn config_round_trips_through_toml() {
+        let cfg = MemConfig::default();
+        let text = toml::to_string(&cfg).unwrap();
+        assert!(text.contains("size = \"2M\"") && text.contains("policy = \"srrip\""), "{text}");
+        assert_eq!(toml::from_str::<MemConfig>(&text).unwrap(), cfg);
+        // Missing keys take defaults; unknown keys are refused.
+        let partial: MemConfig = toml::from_str("llc_per_core = false\n[dram]\nchannels = 4").unwrap();
+        assert_eq!(partial, MemConfig { llc_per_core: false, dram: DramConfig { channels: 4, ..DramConfig::default() }, ..cfg });
+        assert!(toml::from_str::<MemConfig>("l3 = 1").is_err());
+        assert!(toml::from_str::<MemConfig>("[l2]\nsize = \"1M\"\nways = 8\nlatency = 9\npolicy = \"lru\"\nsets = 3").is_err());
+        assert_eq!(serde_json::to_string(&Level::Llc).unwrap(), "\"llc\"");
+    }
+}

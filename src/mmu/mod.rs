@@ -1,0 +1,247 @@
+//! The MMU of one core: L1 I/D TLBs, the L2 TLB, and the walker that times a driver's walk plan
+//! through the memory hierarchy. Walk caches belong to the driver (their semantics are the
+//! table format's), so this layer holds them only as the driver's opaque type.
+
+pub mod tlb;
+pub mod walk;
+pub mod wcache;
+
+use crate::addr::PageSize;
+use crate::error::{Error, Result};
+use crate::mem::{Level, MemHierarchy};
+use tlb::{Tlb, TlbConfig};
+use walk::WalkPlan;
+
+/// Where walker references enter the cache hierarchy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WalkerEntry {
+    /// Through the L1 data cache, like loads (Utopia/ChampSim).
+    L1,
+    /// Directly into the L2 (EMT's measured configuration).
+    L2,
+}
+
+/// TLB hierarchy configuration.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MmuConfig {
+    /// L1 instruction TLB.
+    pub l1i: TlbConfig,
+    /// L1 data TLBs: one per page-size group (split) or a single one holding several sizes
+    /// (unified). A size no L1 holds is served from the L2 TLB.
+    pub l1d: Vec<TlbConfig>,
+    /// Unified L2 TLB.
+    pub l2: TlbConfig,
+    /// Start the walk in parallel with the L2 TLB lookup instead of after its miss.
+    pub l2_parallel_walk: bool,
+    /// Where walker references enter the caches.
+    pub walker_entry: WalkerEntry,
+    /// Every translation hits the L1 TLB (the "perfect TLB" / ideal design).
+    pub perfect_tlb: bool,
+}
+
+impl Default for MmuConfig {
+    /// Utopia MICRO'23 Table 1 (see `reference/parameters.md`).
+    fn default() -> Self {
+        MmuConfig {
+            // Utopia Table 1: L1 I-TLB 128 entries, 8-way, 1 cycle.
+            l1i: TlbConfig::new(128, 8, 1, &[PageSize::K4]),
+            // Utopia Table 1: L1 D-TLB 4K 64 entries 4-way; 2M 32 entries 4-way; 1 cycle.
+            l1d: vec![TlbConfig::new(64, 4, 1, &[PageSize::K4]), TlbConfig::new(32, 4, 1, &[PageSize::M2])],
+            // Utopia Table 1: L2 TLB 1536 entries, 12-way, 12 cycles. 1536/12 = 128 sets.
+            l2: TlbConfig::new(1536, 12, 12, &[PageSize::K4, PageSize::M2]),
+            l2_parallel_walk: false,
+            walker_entry: WalkerEntry::L1,
+            perfect_tlb: false,
+        }
+    }
+}
+
+impl MmuConfig {
+    /// Checks every TLB's geometry.
+    pub fn validate(&self) -> Result<()> {
+        self.l1i.validate("mmu.l1i")?;
+        if self.l1d.is_empty() {
+            return Err(Error::config("mmu.l1d", "needs at least one L1 data TLB"));
+        }
+        for (i, t) in self.l1d.iter().enumerate() {
+            t.validate(&format!("mmu.l1d[{i}]"))?;
+        }
+        self.l2.validate("mmu.l2")
+    }
+}
+
+/// Per-core TLB statistics.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TlbStats {
+    /// L1 D-TLB lookups / misses.
+    pub l1d_lookups: u64,
+    /// L1 D-TLB misses.
+    pub l1d_misses: u64,
+    /// L1 I-TLB lookups.
+    pub l1i_lookups: u64,
+    /// L1 I-TLB misses.
+    pub l1i_misses: u64,
+    /// L2 TLB lookups.
+    pub l2_lookups: u64,
+    /// L2 TLB misses.
+    pub l2_misses: u64,
+    /// L1 misses by the page size that finally served them (4K, 64K, 2M, 32M, 1G).
+    pub l1_misses_by_size: [u64; PageSize::COUNT],
+    /// L2 misses by page size.
+    pub l2_misses_by_size: [u64; PageSize::COUNT],
+}
+
+/// Histogram bucket count for walk latencies (cycles); one bucket per cycle up to this, then one
+/// overflow bucket holding the maximum.
+pub const LAT_BUCKETS: usize = 4096;
+
+/// Walker statistics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalkStats {
+    /// Walks started.
+    pub walks: u64,
+    /// Sum of critical-path walk latencies (cycles).
+    pub latency_sum: u64,
+    /// Latency histogram.
+    pub hist: Box<[u64; LAT_BUCKETS + 1]>,
+    /// References issued.
+    pub refs: u64,
+    /// References before walk-cache filtering.
+    pub refs_unfiltered: u64,
+    /// Serial steps that had needed references (critical-path memory steps).
+    pub serial_steps: u64,
+    /// References served by L1 / L2 / LLC / DRAM.
+    pub refs_by_level: [u64; 4],
+    /// Walk-cache hits / misses.
+    pub wc_hits: u64,
+    /// Walk-cache misses.
+    pub wc_misses: u64,
+}
+
+impl Default for WalkStats {
+    fn default() -> Self {
+        WalkStats {
+            walks: 0,
+            latency_sum: 0,
+            hist: Box::new([0; LAT_BUCKETS + 1]),
+            refs: 0,
+            refs_unfiltered: 0,
+            serial_steps: 0,
+            refs_by_level: [0; 4],
+            wc_hits: 0,
+            wc_misses: 0,
+        }
+    }
+}
+
+impl WalkStats {
+    /// Latency at quantile `q` (0..1), from the histogram.
+    pub fn quantile(&self, q: f64) -> u64 {
+        if self.walks == 0 {
+            return 0;
+        }
+        let target = ((self.walks as f64) * q).ceil().max(1.0) as u64;
+        let mut acc = 0;
+        for (i, &c) in self.hist.iter().enumerate() {
+            acc += c;
+            if acc >= target {
+                return i as u64;
+            }
+        }
+        LAT_BUCKETS as u64
+    }
+
+    /// Adds `o` into `self`.
+    pub fn merge(&mut self, o: &WalkStats) {
+        self.walks += o.walks;
+        self.latency_sum += o.latency_sum;
+        for (a, b) in self.hist.iter_mut().zip(o.hist.iter()) {
+            *a += b;
+        }
+        self.refs += o.refs;
+        self.refs_unfiltered += o.refs_unfiltered;
+        self.serial_steps += o.serial_steps;
+        for i in 0..4 {
+            self.refs_by_level[i] += o.refs_by_level[i];
+        }
+        self.wc_hits += o.wc_hits;
+        self.wc_misses += o.wc_misses;
+    }
+}
+
+/// The TLB hierarchy of one core.
+pub struct Tlbs {
+    /// L1 I-TLB.
+    pub l1i: Tlb,
+    /// L1 D-TLBs.
+    pub l1d: Vec<Tlb>,
+    /// L2 TLB.
+    pub l2: Tlb,
+}
+
+impl Tlbs {
+    /// Builds the TLBs of one core.
+    pub fn new(cfg: &MmuConfig) -> Tlbs {
+        Tlbs { l1i: Tlb::new(&cfg.l1i), l1d: cfg.l1d.iter().map(Tlb::new).collect(), l2: Tlb::new(&cfg.l2) }
+    }
+
+    /// Shoots down `[start, end)` of `asid` in every TLB.
+    pub fn invalidate(&mut self, asid: u16, start: u64, end: u64) {
+        self.l1i.invalidate(asid, start, end);
+        for t in &mut self.l1d {
+            t.invalidate(asid, start, end);
+        }
+        self.l2.invalidate(asid, start, end);
+    }
+
+    /// Flushes everything.
+    pub fn flush(&mut self) {
+        self.l1i.flush();
+        for t in &mut self.l1d {
+            t.flush();
+        }
+        self.l2.flush();
+    }
+}
+
+/// Times a walk plan through the memory hierarchy and records it; returns the critical-path
+/// latency in cycles.
+#[inline]
+pub fn time_walk(plan: &WalkPlan, mem: &mut MemHierarchy, core: usize, entry: WalkerEntry, stats: &mut WalkStats) -> u32 {
+    let enter = match entry {
+        WalkerEntry::L1 => Level::L1,
+        WalkerEntry::L2 => Level::L2,
+    };
+    let mut lat = plan.fixed_cycles;
+    let refs = &plan.refs;
+    let mut i = 0;
+    while i < refs.len() {
+        let step = refs[i].step;
+        let mut step_lat = 0;
+        let mut needed = false;
+        while i < refs.len() && refs[i].step == step {
+            let r = refs[i];
+            let (l, level) = mem.access(core, r.paddr, true, false, enter);
+            stats.refs_by_level[level as usize] += 1;
+            if r.needed {
+                step_lat = step_lat.max(l);
+                needed = true;
+            }
+            i += 1;
+        }
+        if needed {
+            stats.serial_steps += 1;
+        }
+        lat += step_lat;
+    }
+    stats.walks += 1;
+    stats.latency_sum += lat as u64;
+    stats.hist[(lat as usize).min(LAT_BUCKETS)] += 1;
+    stats.refs += refs.len() as u64;
+    stats.refs_unfiltered += plan.unfiltered as u64;
+    stats.wc_hits += plan.wc_hits as u64;
+    stats.wc_misses += plan.wc_misses as u64;
+    lat
+}

@@ -1,0 +1,92 @@
+//! Walk plans: what a driver's walk asks the memory system to do.
+//!
+//! A driver's walk does not time anything. It returns the translation and a [`WalkPlan`]: the
+//! physical addresses its walker reads, grouped in steps. Steps are serial; the references of one
+//! step go out in parallel; the step's latency is that of the slowest reference marked `needed`
+//! (ECPT's probes of ways that do not hold the entry still travel the caches, but the walk does not
+//! wait for them — EMT's latency model). The walker in [`crate::mmu`] turns the plan into timed
+//! memory references. A nested (guest × host) walk is a driver that composes two drivers' plans
+//! into one, so the walker never changes.
+
+use crate::addr::PageSize;
+
+/// Where a translation leads: the physical base of the page and its size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Translation {
+    /// Physical base address of the page (aligned to `size`).
+    pub pbase: u64,
+    /// Page size.
+    pub size: PageSize,
+}
+
+impl Translation {
+    /// Physical address of `va` under this translation.
+    #[inline(always)]
+    pub fn paddr(&self, va: u64) -> u64 {
+        self.pbase | (va & self.size.offset_mask())
+    }
+}
+
+/// One memory reference of a walk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalkRef {
+    /// Physical address read.
+    pub paddr: u64,
+    /// Serial step the reference belongs to (non-decreasing along the plan).
+    pub step: u8,
+    /// Whether the walk waits for this reference.
+    pub needed: bool,
+}
+
+/// The references of one walk plus its fixed latencies. Reused across walks: `clear` keeps the
+/// allocation, so the hot path does not allocate.
+#[derive(Clone, Debug, Default)]
+pub struct WalkPlan {
+    /// References, in issue order.
+    pub refs: Vec<WalkRef>,
+    /// Cycles on the critical path that are not memory references (walk-cache lookups, hash
+    /// computation).
+    pub fixed_cycles: u32,
+    /// References the walk would have issued without any walk cache (Virtuoso's "unfiltered").
+    pub unfiltered: u32,
+    /// Walk-cache lookups that hit / missed during this walk.
+    pub wc_hits: u32,
+    /// Walk-cache lookups that missed.
+    pub wc_misses: u32,
+    /// Set by the simulator in checked mode: drivers verify each walk-cache hit against memory.
+    pub checked: bool,
+    /// A checked-mode violation found by the driver (stale walk-cache entry).
+    pub violation: Option<&'static str>,
+}
+
+impl WalkPlan {
+    /// Empties the plan for the next walk.
+    #[inline]
+    pub fn clear(&mut self) {
+        self.refs.clear();
+        self.fixed_cycles = 0;
+        self.unfiltered = 0;
+        self.wc_hits = 0;
+        self.wc_misses = 0;
+        self.violation = None;
+    }
+
+    /// Adds a reference to step `step`.
+    #[inline]
+    pub fn push(&mut self, paddr: u64, step: u8, needed: bool) {
+        self.refs.push(WalkRef { paddr, step, needed });
+    }
+
+    /// Number of serial steps with at least one needed reference.
+    pub fn serial_steps(&self) -> u32 {
+        let mut n = 0;
+        let mut last = None;
+        for r in &self.refs {
+            if r.needed && last != Some(r.step) {
+                n += 1;
+                last = Some(r.step);
+            }
+        }
+        n
+    }
+}

@@ -1,0 +1,96 @@
+//! A walk cache: a small set-associative array from (ASID, key) to a 64-bit payload.
+//! x86 page-walk caches, ECPT's cuckoo walk caches and similar structures are all this shape; the
+//! driver decides what the key (a VA prefix) and the payload (a table pointer, a header) mean.
+
+use crate::error::{Error, Result};
+use crate::mem::assoc::{Replacement, SetAssoc};
+
+/// Geometry and latency of one walk cache.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WalkCacheConfig {
+    /// Entries.
+    pub entries: u32,
+    /// Associativity.
+    pub ways: u32,
+    /// Lookup latency in cycles.
+    pub latency: u32,
+}
+
+impl WalkCacheConfig {
+    /// A config.
+    pub const fn new(entries: u32, ways: u32, latency: u32) -> WalkCacheConfig {
+        WalkCacheConfig { entries, ways, latency }
+    }
+
+    /// Checks geometry; errors name `key.field`.
+    pub fn validate(&self, key: &str) -> Result<()> {
+        if self.ways == 0 {
+            return Err(Error::config(format!("{key}.ways"), "must be at least 1"));
+        }
+        if self.entries == 0 || !self.entries.is_multiple_of(self.ways) || !(self.entries / self.ways).is_power_of_two() {
+            return Err(Error::config(
+                format!("{key}.entries"),
+                format!("must be a positive multiple of ways ({}) giving a power-of-two number of sets", self.ways),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One walk cache.
+pub struct WalkCache {
+    arr: SetAssoc,
+    data: Vec<u64>,
+    mask: u64,
+    /// Lookup latency in cycles.
+    pub latency: u32,
+}
+
+#[inline(always)]
+fn tag(asid: u16, key: u64) -> u64 {
+    (key << 16) | asid as u64
+}
+
+impl WalkCache {
+    /// Builds a validated walk cache.
+    pub fn new(cfg: &WalkCacheConfig) -> WalkCache {
+        let sets = (cfg.entries / cfg.ways) as usize;
+        WalkCache {
+            arr: SetAssoc::new(sets, cfg.ways as usize, Replacement::Lru),
+            data: vec![0; cfg.entries as usize],
+            mask: sets as u64 - 1,
+            latency: cfg.latency,
+        }
+    }
+
+    /// Payload cached for `key` of `asid`.
+    #[inline]
+    pub fn lookup(&mut self, asid: u16, key: u64) -> Option<u64> {
+        let set = (key & self.mask) as usize;
+        self.arr.lookup(set, tag(asid, key)).map(|w| self.data[self.arr.slot(set, w)])
+    }
+
+    /// Caches `val` for `key` (replacing the payload if present).
+    #[inline]
+    pub fn insert(&mut self, asid: u16, key: u64, val: u64) {
+        let set = (key & self.mask) as usize;
+        let tg = tag(asid, key);
+        let way = match self.arr.lookup(set, tg) {
+            Some(w) => w,
+            None => self.arr.insert(set, tg).0,
+        };
+        let slot = self.arr.slot(set, way);
+        self.data[slot] = val;
+    }
+
+    /// Drops entries of `asid` whose key lies in `[lo, hi]`.
+    pub fn invalidate(&mut self, asid: u16, lo: u64, hi: u64) {
+        self.arr.invalidate_if(|t| (t & 0xffff) as u16 == asid && (t >> 16) >= lo && (t >> 16) <= hi);
+    }
+
+    /// Drops everything.
+    pub fn clear(&mut self) {
+        self.arr.clear();
+    }
+}

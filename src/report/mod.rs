@@ -1,0 +1,204 @@
+//! Results: the metrics of `reference/metrics.md` computed from a run's counters, printed as a
+//! table with units, and written as JSON (schema in docs/results-schema.md) and CSV.
+
+use crate::addr::PageSize;
+use crate::os::tapi::{Func, Path};
+use crate::sim::RunOutput;
+use serde_json::{json, Map, Value};
+
+/// JSON schema identifier; bump when a key changes meaning.
+pub const SCHEMA: &str = "xlate.run.v1";
+
+/// One reported number.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Metric {
+    /// snake_case key (JSON and CSV).
+    pub key: String,
+    /// Value.
+    pub value: f64,
+    /// Unit as printed.
+    pub unit: &'static str,
+}
+
+fn per(a: f64, b: f64) -> f64 {
+    if b == 0.0 {
+        0.0
+    } else {
+        a / b
+    }
+}
+
+/// Every metric of a run, in report order. Host timing is not among them (see [`json`]).
+pub fn metrics(r: &RunOutput) -> Vec<Metric> {
+    let c = &r.core;
+    let instrs = c.instrs as f64;
+    let pki = |x: u64| per(x as f64 * 1000.0, instrs);
+    let w = &c.walk;
+    let walks = w.walks as f64;
+    let costs = &r.config.os.costs;
+    let os_fault = r.os_cost.cycles(Path::Fault, costs);
+    let os_all: f64 = Path::ALL.iter().map(|&p| r.os_cost.cycles(p, costs)).sum();
+    let mut m = Vec::new();
+    let mut add = |key: &str, value: f64, unit: &'static str| m.push(Metric { key: key.to_string(), value, unit });
+    add("instructions", instrs, "instr");
+    add("accesses", c.accesses as f64, "accesses");
+    add("cycles", r.cycles, "cycles");
+    add("ipc", per(instrs, r.cycles), "instr/cycle");
+    add("l1_tlb_mpki", pki(c.tlb.l1d_misses + c.tlb.l1i_misses), "misses/kinstr");
+    add("l1d_tlb_mpki", pki(c.tlb.l1d_misses), "misses/kinstr");
+    add("l1i_tlb_mpki", pki(c.tlb.l1i_misses), "misses/kinstr");
+    add("l2_tlb_mpki", pki(c.tlb.l2_misses), "misses/kinstr");
+    for s in [PageSize::K4, PageSize::M2, PageSize::G1] {
+        add(&format!("l2_tlb_mpki_{}", s.label().to_lowercase()), pki(c.tlb.l2_misses_by_size[s.index()]), "misses/kinstr");
+    }
+    add("walks", walks, "walks");
+    add("walks_pki", pki(w.walks), "walks/kinstr");
+    add("walk_latency_avg", per(w.latency_sum as f64, walks), "cycles");
+    add("walk_latency_p50", w.quantile(0.5) as f64, "cycles");
+    add("walk_latency_p99", w.quantile(0.99) as f64, "cycles");
+    add("walk_refs", w.refs as f64, "refs");
+    add("walk_refs_per_walk", per(w.refs as f64, walks), "refs/walk");
+    add("walk_refs_unfiltered", w.refs_unfiltered as f64, "refs");
+    add("walk_refs_unfiltered_per_walk", per(w.refs_unfiltered as f64, walks), "refs/walk");
+    add("walk_serial_steps_per_walk", per(w.serial_steps as f64, walks), "steps/walk");
+    for (i, lvl) in ["l1", "l2", "llc", "dram"].iter().enumerate() {
+        add(&format!("walk_refs_{lvl}"), w.refs_by_level[i] as f64, "refs");
+    }
+    add("walk_cache_hit_rate", per(w.wc_hits as f64, (w.wc_hits + w.wc_misses) as f64), "fraction");
+    add("translation_cycles", c.translation_cycles, "cycles");
+    add("translation_fraction", per(c.translation_cycles, r.cycles), "fraction");
+    add("data_stall_cycles", c.data_cycles, "cycles");
+    add("page_faults", r.os.faults() as f64, "faults");
+    add("page_faults_4k", r.os.faults_4k as f64, "faults");
+    add("page_faults_thp", r.os.faults_thp as f64, "faults");
+    add("page_faults_1g", r.os.faults_1g as f64, "faults");
+    add("page_faults_file", r.os.faults_file as f64, "faults");
+    add("thp_fallbacks", (r.os.thp_fallback_range + r.os.thp_fallback_nomem + r.os.thp_fallback_driver) as f64, "faults");
+    add("promotions", r.os.promotions as f64, "collapses");
+    add("shootdowns", r.os.shootdowns as f64, "shootdowns");
+    for f in Func::ALL {
+        add(&format!("os_ops_fault_{}", f.name()), r.os_cost.ops(Path::Fault, f) as f64, "ops");
+    }
+    add("os_ops_fault", Func::ALL.iter().map(|&f| r.os_cost.ops(Path::Fault, f)).sum::<u64>() as f64, "ops");
+    add("os_ops_promote", Func::ALL.iter().map(|&f| r.os_cost.ops(Path::Promote, f)).sum::<u64>() as f64, "ops");
+    add("os_cycles_fault", os_fault, "cycles");
+    add("os_cycles", os_all, "cycles");
+    add("os_cycles_per_fault", per(os_fault, r.os.faults() as f64), "cycles/fault");
+    add("pt_lines_fraction_l2", r.mem.pt_lines_fraction_l2, "fraction");
+    add("pt_lines_fraction_llc", r.mem.pt_lines_fraction_llc, "fraction");
+    let d = &r.mem.dram;
+    add("dram_row_conflicts", (d.data_row_conflicts + d.translation_row_conflicts) as f64, "conflicts");
+    add("dram_row_conflicts_data", d.data_row_conflicts as f64, "conflicts");
+    add("dram_row_conflicts_translation", d.translation_row_conflicts as f64, "conflicts");
+    add("translation_table_bytes", r.table_bytes as f64, "bytes");
+    for s in [PageSize::K4, PageSize::M2, PageSize::G1] {
+        add(&format!("coverage_{}", s.label().to_lowercase()), r.coverage[s.index()] as f64, "bytes");
+    }
+    m
+}
+
+/// The run as JSON. Everything but the `host` object is deterministic for a given config.
+pub fn json(r: &RunOutput) -> Value {
+    let ms = metrics(r);
+    let mut values = Map::new();
+    let mut units = Map::new();
+    for m in &ms {
+        values.insert(m.key.clone(), json!(m.value));
+        units.insert(m.key.clone(), json!(m.unit));
+    }
+    let mut os_ops = Map::new();
+    for p in Path::ALL {
+        let mut row = Map::new();
+        for f in Func::ALL {
+            row.insert(f.name().into(), json!(r.os_cost.ops(p, f)));
+        }
+        os_ops.insert(p.name().into(), Value::Object(row));
+    }
+    json!({
+        "schema": SCHEMA,
+        "design": r.design,
+        "workload": r.workload,
+        "interrupted": r.interrupted,
+        "metrics": values,
+        "units": units,
+        "os": r.os,
+        "os_ops": os_ops,
+        "mem": r.mem,
+        "driver": r.driver,
+        "config": crate::config::to_json(&r.config),
+        "host": {
+            "wall_seconds": r.wall_s,
+            "sim_accesses_per_sec": per(r.core.accesses as f64, r.wall_s),
+        },
+    })
+}
+
+fn fmt_value(v: f64, unit: &str) -> String {
+    if unit == "bytes" {
+        return crate::addr::fmt_bytes(v as u64);
+    }
+    if v == v.trunc() && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else if v.abs() >= 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+/// A human table: one column per run, plus speedup over the first run.
+pub fn table(runs: &[RunOutput]) -> String {
+    let all: Vec<Vec<Metric>> = runs.iter().map(metrics).collect();
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut header = vec!["metric".to_string(), "unit".to_string()];
+    header.extend(runs.iter().map(|r| if r.interrupted { format!("{} (partial)", r.design) } else { r.design.clone() }));
+    rows.push(header);
+    for (i, m) in all[0].iter().enumerate() {
+        let mut row = vec![m.key.clone(), m.unit.to_string()];
+        row.extend(all.iter().map(|ms| fmt_value(ms[i].value, ms[i].unit)));
+        rows.push(row);
+    }
+    if runs.len() > 1 {
+        let mut row = vec![format!("speedup_vs_{}", runs[0].design), "x".into()];
+        row.extend(runs.iter().map(|r| format!("{:.3}", per(runs[0].cycles, r.cycles))));
+        rows.push(row);
+    }
+    let mut row = vec!["sim_accesses_per_sec".into(), "accesses/s (host)".into()];
+    row.extend(runs.iter().map(|r| format!("{:.2e}", per(r.core.accesses as f64, r.wall_s))));
+    rows.push(row);
+    let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+    let mut out = format!("workload: {}\n", runs[0].workload);
+    for (ri, r) in rows.iter().enumerate() {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(c, s)| if c < 2 { format!("{s:<w$}", w = widths[c]) } else { format!("{s:>w$}", w = widths[c]) })
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+        if ri == 0 {
+            out.push_str(&"-".repeat(widths.iter().sum::<usize>() + 2 * (widths.len() - 1)));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// CSV: one row per run, one column per metric (header row first).
+pub fn csv(runs: &[RunOutput]) -> String {
+    let all: Vec<Vec<Metric>> = runs.iter().map(metrics).collect();
+    let mut out = String::from("design,workload,interrupted");
+    for m in &all[0] {
+        out.push(',');
+        out.push_str(&m.key);
+    }
+    out.push('\n');
+    for (r, ms) in runs.iter().zip(&all) {
+        out.push_str(&format!("{},\"{}\",{}", r.design, r.workload.replace('"', "\"\""), r.interrupted));
+        for m in ms {
+            out.push_str(&format!(",{}", m.value));
+        }
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,518 @@
+//! Wiring a resolved configuration into a machine and running it.
+//!
+//! The design is dispatched once ([`run`] matches the driver kind) and everything below
+//! ([`Engine`], [`step`]) is monomorphised for that driver: no dynamic call per access. Workloads
+//! and trace readers are called once per batch of accesses.
+//!
+//! Per access: L1 TLB(s) → L2 TLB → the driver's walk timed through the caches → page fault and
+//! re-walk if nothing maps it → the data access through the same caches → the timing model.
+//! Cores advance in chunks; the core furthest behind in simulated time runs next, so a shared LLC
+//! and DRAM see the cores' accesses interleaved in time order (to within a chunk).
+
+pub mod progress;
+
+use crate::arch::{self, DesignEntry, Driver, DriverKind};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::mem::{Level, MemHierarchy};
+use crate::mmu::walk::{Translation, WalkPlan};
+use crate::mmu::{time_walk, TlbStats, Tlbs, WalkStats, WalkerEntry};
+use crate::os::tapi::Path as OsPath;
+use crate::os::{Os, ProcVm};
+use crate::timing::{Additive, TimingModel};
+use crate::trace::{self, Access, AccessKind, AccessSource};
+use crate::workload::{self, Workload};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// Set by the Ctrl-C handler: the run stops at the next epoch and reports what it has.
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Accesses fetched from a producer at a time.
+const BATCH: usize = 4096;
+/// Accesses a core runs before the scheduler picks the core furthest behind again.
+const CHUNK: usize = 256;
+
+/// Per-core counters.
+#[derive(Clone, Debug, Default)]
+pub struct CoreStats {
+    /// Accesses simulated.
+    pub accesses: u64,
+    /// Loads, stores, fetches.
+    pub loads: u64,
+    /// Stores.
+    pub stores: u64,
+    /// Instruction fetches.
+    pub fetches: u64,
+    /// Instructions retired.
+    pub instrs: u64,
+    /// TLB counters.
+    pub tlb: TlbStats,
+    /// Walker counters.
+    pub walk: WalkStats,
+    /// Cycles waiting for translation (L2 TLB lookups and walks).
+    pub translation_cycles: f64,
+    /// Exposed data-access cycles beyond L1 hits.
+    pub data_cycles: f64,
+    /// Cycles of OS work charged to this core (faults).
+    pub os_cycles: f64,
+    /// Page faults taken by this core.
+    pub faults: u64,
+    /// Context switches.
+    pub context_switches: u64,
+    /// Walks and TLB hits compared with the ground truth.
+    pub checked: u64,
+}
+
+struct Stream {
+    proc: usize,
+    thread: usize,
+    asid: u16,
+    buf: Vec<Access>,
+    pos: usize,
+    len: usize,
+    done: bool,
+}
+
+enum Source {
+    Workload(Box<dyn Workload>),
+    Trace(Box<dyn AccessSource>),
+}
+
+struct Core<W> {
+    tlbs: Tlbs,
+    wc: W,
+    streams: Vec<usize>,
+    cur: usize,
+    quantum_left: i64,
+    cycles: f64,
+    stats: CoreStats,
+}
+
+/// Everything an access touches except the core running it.
+struct Engine<D: Driver, T: TimingModel> {
+    os: Os<D>,
+    mem: MemHierarchy,
+    timing: T,
+    plan: WalkPlan,
+    entry: WalkerEntry,
+    perfect: bool,
+    parallel_walk: bool,
+    checked: bool,
+    trap_cycles: f64,
+}
+
+/// What a run produced.
+pub struct RunOutput {
+    /// Design name.
+    pub design: String,
+    /// Workload name or trace paths.
+    pub workload: String,
+    /// The resolved configuration.
+    pub config: Config,
+    /// Stopped early by Ctrl-C.
+    pub interrupted: bool,
+    /// Summed core counters.
+    pub core: CoreStats,
+    /// Simulated cycles (the slowest core).
+    pub cycles: f64,
+    /// Memory hierarchy counters.
+    pub mem: crate::mem::MemStats,
+    /// OS event counters.
+    pub os: crate::os::OsStats,
+    /// OS work counters and the cost model they are converted with.
+    pub os_cost: crate::os::tapi::OsCost,
+    /// Bytes of translation structures at the end.
+    pub table_bytes: u64,
+    /// Bytes mapped per page size at the end.
+    pub coverage: [u64; crate::addr::PageSize::COUNT],
+    /// Driver-specific metrics.
+    pub driver: serde_json::Map<String, serde_json::Value>,
+    /// Host wall-clock seconds, setup included.
+    pub wall_s: f64,
+    /// Host seconds spent before the access loop (boot, workload setup, populate).
+    pub setup_s: f64,
+}
+
+/// Runs `design` on the configured workload, or on `traces` (one process each) if given.
+pub fn run(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], progress: bool) -> Result<RunOutput> {
+    match design.driver {
+        DriverKind::Radix => run_with::<arch::radix::Radix>(design, cfg, traces, progress),
+    }
+}
+
+fn apply_shootdowns<D: Driver>(os: &mut Os<D>, cores: &mut [Core<D::WalkCache>]) {
+    for sd in os.pending.drain(..) {
+        for c in cores.iter_mut() {
+            c.tlbs.invalidate(sd.asid, sd.start, sd.end);
+            os.driver.invalidate_walk_cache(&mut c.wc, sd.asid, sd.start, sd.end);
+        }
+    }
+}
+
+fn run_with<D: Driver>(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], show_progress: bool) -> Result<RunOutput> {
+    let started = Instant::now();
+    let driver = D::from_config(cfg)?;
+    let mut os = Os::boot(driver, &cfg.os, cfg.seed)?;
+    let mut sources = Vec::new();
+    let mut streams = Vec::new();
+    let workload_name;
+    if traces.is_empty() {
+        workload_name = cfg.workload.name.clone();
+        for p in 0..cfg.workload.processes {
+            let asid = os.spawn(false)?;
+            let mut w = workload::build(&cfg.workload.name, &cfg.workload.params, cfg.seed.wrapping_add(p as u64))?;
+            w.setup(&mut ProcVm { os: &mut os, asid })?;
+            for t in 0..w.threads() {
+                streams.push(Stream { proc: p, thread: t, asid, buf: vec![Access::default(); BATCH], pos: 0, len: 0, done: false });
+            }
+            sources.push(Source::Workload(w));
+        }
+    } else {
+        workload_name = traces.iter().map(|t| t.display().to_string()).collect::<Vec<_>>().join(",");
+        for (p, path) in traces.iter().enumerate() {
+            let asid = os.spawn(true)?;
+            sources.push(Source::Trace(trace::open(path)?));
+            streams.push(Stream { proc: p, thread: 0, asid, buf: vec![Access::default(); BATCH], pos: 0, len: 0, done: false });
+        }
+    }
+    os.pending.clear(); // no TLB holds anything yet
+    let mut cores: Vec<Core<D::WalkCache>> = (0..cfg.cores)
+        .map(|_| Core {
+            tlbs: Tlbs::new(&cfg.mmu),
+            wc: os.driver.new_walk_cache(),
+            streams: Vec::new(),
+            cur: 0,
+            quantum_left: cfg.sim.quantum_instrs as i64,
+            cycles: 0.0,
+            stats: CoreStats::default(),
+        })
+        .collect();
+    for (i, _) in streams.iter().enumerate() {
+        cores[i % cfg.cores].streams.push(i);
+    }
+    let mut eng = Engine {
+        os,
+        mem: MemHierarchy::new(&cfg.mem, cfg.cores, cfg.core.ghz),
+        timing: Additive::new(cfg),
+        plan: WalkPlan::default(),
+        entry: cfg.mmu.walker_entry,
+        perfect: cfg.mmu.perfect_tlb,
+        parallel_walk: cfg.mmu.l2_parallel_walk,
+        checked: cfg.sim.checked,
+        trap_cycles: cfg.os.fault_trap_cycles,
+    };
+    let setup_s = started.elapsed().as_secs_f64();
+    let mut progress = progress::Progress::new(show_progress, design.name, cfg.sim.max_accesses);
+    let mut total: u64 = 0;
+    let mut next_epoch = cfg.sim.epoch_accesses;
+    let mut warm = cfg.sim.warmup_accesses == 0;
+    let limit = if cfg.sim.max_accesses == 0 { u64::MAX } else { cfg.sim.max_accesses };
+    let mut interrupted = false;
+    let ms_per_cycle = 1.0 / (cfg.core.ghz * 1e6);
+    while let Some(c) = next_core(&cores, &streams) {
+        let mut n = 0;
+        while n < CHUNK && total < limit {
+            let core = &mut cores[c];
+            let sid = core.streams[core.cur];
+            let st = &mut streams[sid];
+            if st.done {
+                if !switch_stream(core, &streams, cfg) {
+                    break;
+                }
+                continue;
+            }
+            if st.pos == st.len {
+                refill(st, &mut sources, &mut eng.os)?;
+                apply_shootdowns(&mut eng.os, &mut cores);
+                continue;
+            }
+            let a = st.buf[st.pos];
+            st.pos += 1;
+            step(&mut eng, core, c, &a)?;
+            if !eng.os.pending.is_empty() {
+                apply_shootdowns(&mut eng.os, &mut cores);
+            }
+            let core = &mut cores[c];
+            core.quantum_left -= a.instrs as i64;
+            if core.quantum_left <= 0 {
+                core.quantum_left = cfg.sim.quantum_instrs as i64;
+                if core.streams.len() > 1 {
+                    let prev = streams[core.streams[core.cur]].asid;
+                    switch_stream(core, &streams, cfg);
+                    if cfg.sim.flush_on_switch && streams[core.streams[core.cur]].asid != prev {
+                        core.tlbs.flush();
+                        eng.os.driver.invalidate_walk_cache(&mut core.wc, prev, 0, u64::MAX);
+                    }
+                }
+            }
+            n += 1;
+            total += 1;
+        }
+        if total >= next_epoch || total >= limit {
+            next_epoch = total + cfg.sim.epoch_accesses;
+            eng.mem.sample_epoch();
+            let now_ms = cores.iter().map(|c| c.cycles).fold(0.0, f64::max) * ms_per_cycle;
+            let before = eng.os.cycles(OsPath::Promote);
+            eng.os.tick(now_ms)?;
+            // Background OS work is reported as os_cycles of core 0 but not added to any core's
+            // runtime: khugepaged runs on an otherwise idle CPU (docs/os-model.md).
+            cores[0].stats.os_cycles += eng.os.cycles(OsPath::Promote) - before;
+            apply_shootdowns(&mut eng.os, &mut cores);
+            if !warm && total >= cfg.sim.warmup_accesses {
+                warm = true;
+                for c in cores.iter_mut() {
+                    c.stats = CoreStats::default();
+                    c.cycles = 0.0;
+                }
+                eng.mem.reset_stats();
+            }
+            progress.update(total);
+            if INTERRUPTED.load(Ordering::Relaxed) {
+                interrupted = true;
+                break;
+            }
+        }
+        if total >= limit {
+            break;
+        }
+    }
+    progress.finish(total);
+    let mut sum = CoreStats::default();
+    for c in &cores {
+        merge_core(&mut sum, &c.stats);
+    }
+    let cycles = cores.iter().map(|c| c.cycles).fold(0.0, f64::max);
+    Ok(RunOutput {
+        design: design.name.to_string(),
+        workload: workload_name,
+        config: cfg.clone(),
+        interrupted,
+        core: sum,
+        cycles,
+        mem: eng.mem.stats(),
+        os: eng.os.stats.clone(),
+        os_cost: eng.os.cost.clone(),
+        table_bytes: eng.os.table_bytes(),
+        coverage: eng.os.coverage(),
+        driver: eng.os.driver.metrics(),
+        wall_s: started.elapsed().as_secs_f64(),
+        setup_s,
+    })
+}
+
+/// The core furthest behind in simulated time that still has work.
+fn next_core<W>(cores: &[Core<W>], streams: &[Stream]) -> Option<usize> {
+    (0..cores.len())
+        .filter(|&c| cores[c].streams.iter().any(|&s| !streams[s].done))
+        .min_by(|&a, &b| cores[a].cycles.total_cmp(&cores[b].cycles))
+}
+
+/// Moves the core to its next stream that still runs; false if none does.
+fn switch_stream<W>(core: &mut Core<W>, streams: &[Stream], _cfg: &Config) -> bool {
+    let n = core.streams.len();
+    for k in 1..=n {
+        let i = (core.cur + k) % n;
+        if !streams[core.streams[i]].done {
+            if i != core.cur {
+                core.stats.context_switches += 1;
+            }
+            core.cur = i;
+            return true;
+        }
+    }
+    false
+}
+
+fn refill<D: Driver>(st: &mut Stream, sources: &mut [Source], os: &mut Os<D>) -> Result<()> {
+    let n = match &mut sources[st.proc] {
+        Source::Workload(w) => w.fill(st.thread, &mut st.buf, &mut ProcVm { os, asid: st.asid })?,
+        Source::Trace(t) => t.fill(&mut st.buf)?,
+    };
+    for a in &mut st.buf[..n] {
+        a.asid = st.asid;
+    }
+    st.pos = 0;
+    st.len = n;
+    st.done = n == 0;
+    Ok(())
+}
+
+fn merge_core(a: &mut CoreStats, b: &CoreStats) {
+    a.accesses += b.accesses;
+    a.loads += b.loads;
+    a.stores += b.stores;
+    a.fetches += b.fetches;
+    a.instrs += b.instrs;
+    let (x, y) = (&mut a.tlb, &b.tlb);
+    x.l1d_lookups += y.l1d_lookups;
+    x.l1d_misses += y.l1d_misses;
+    x.l1i_lookups += y.l1i_lookups;
+    x.l1i_misses += y.l1i_misses;
+    x.l2_lookups += y.l2_lookups;
+    x.l2_misses += y.l2_misses;
+    for i in 0..x.l1_misses_by_size.len() {
+        x.l1_misses_by_size[i] += y.l1_misses_by_size[i];
+        x.l2_misses_by_size[i] += y.l2_misses_by_size[i];
+    }
+    a.walk.merge(&b.walk);
+    a.translation_cycles += b.translation_cycles;
+    a.data_cycles += b.data_cycles;
+    a.os_cycles += b.os_cycles;
+    a.faults += b.faults;
+    a.context_switches += b.context_switches;
+    a.checked += b.checked;
+}
+
+/// One access on core `cid`.
+#[inline]
+fn step<D: Driver, T: TimingModel>(eng: &mut Engine<D, T>, core: &mut Core<D::WalkCache>, cid: usize, a: &Access) -> Result<()> {
+    let s = &mut core.stats;
+    s.accesses += 1;
+    s.instrs += a.instrs as u64;
+    match a.kind {
+        AccessKind::Load => s.loads += 1,
+        AccessKind::Store => s.stores += 1,
+        AccessKind::Fetch => s.fetches += 1,
+    }
+    let (t, tcycles) = translate(eng, core, cid, a.asid, a.vaddr, a.kind == AccessKind::Fetch)?;
+    let (dlat, _) = eng.mem.access(cid, t.paddr(a.vaddr), false, a.kind == AccessKind::Store, Level::L1);
+    let cyc = eng.timing.access(a.instrs, tcycles, dlat);
+    core.cycles += cyc;
+    core.stats.translation_cycles += tcycles as f64;
+    core.stats.data_cycles += cyc - eng.timing.access(a.instrs, tcycles, 0);
+    Ok(())
+}
+
+fn check<D: Driver, T: TimingModel>(
+    eng: &Engine<D, T>,
+    core: &mut Core<D::WalkCache>,
+    asid: u16,
+    va: u64,
+    t: Translation,
+    what: &str,
+) -> Result<()> {
+    core.stats.checked += 1;
+    let truth = eng.os.truth(asid, va);
+    if truth != Some(t) {
+        return Err(Error::Check(format!(
+            "{what} for ASID {asid} va {va:#x} gave {:#x} ({}), the OS maps {}",
+            t.paddr(va),
+            t.size,
+            truth.map(|g| format!("{:#x} ({})", g.paddr(va), g.size)).unwrap_or_else(|| "nothing".into())
+        )));
+    }
+    Ok(())
+}
+
+/// Fills the L1 TLB that holds `t`'s size (L1 D-TLBs or the I-TLB).
+#[inline]
+fn fill_l1(tlbs: &mut Tlbs, asid: u16, va: u64, t: Translation, fetch: bool) {
+    if fetch {
+        tlbs.l1i.insert(asid, va, t);
+    } else if let Some(l1) = tlbs.l1d.iter_mut().find(|l| l.holds(t.size)) {
+        l1.insert(asid, va, t);
+    }
+}
+
+/// Translates `va`; returns the translation and the cycles spent beyond the L1 TLB.
+#[inline]
+fn translate<D: Driver, T: TimingModel>(
+    eng: &mut Engine<D, T>,
+    core: &mut Core<D::WalkCache>,
+    cid: usize,
+    asid: u16,
+    va: u64,
+    fetch: bool,
+) -> Result<(Translation, u32)> {
+    if eng.perfect {
+        let t = match eng.os.truth(asid, va) {
+            Some(t) => t,
+            None => fault(eng, core, asid, va)?,
+        };
+        return Ok((t, 0));
+    }
+    let hit = if fetch {
+        core.stats.tlb.l1i_lookups += 1;
+        core.tlbs.l1i.lookup(asid, va)
+    } else {
+        core.stats.tlb.l1d_lookups += 1;
+        core.tlbs.l1d.iter_mut().find_map(|t| t.lookup(asid, va))
+    };
+    if let Some(t) = hit {
+        if eng.checked {
+            check(eng, core, asid, va, t, "L1 TLB hit")?;
+        }
+        return Ok((t, 0));
+    }
+    if fetch {
+        core.stats.tlb.l1i_misses += 1;
+    } else {
+        core.stats.tlb.l1d_misses += 1;
+    }
+    core.stats.tlb.l2_lookups += 1;
+    let l2lat = core.tlbs.l2.latency;
+    if let Some(t) = core.tlbs.l2.lookup(asid, va) {
+        if eng.checked {
+            check(eng, core, asid, va, t, "L2 TLB hit")?;
+        }
+        core.stats.tlb.l1_misses_by_size[t.size.index()] += 1;
+        fill_l1(&mut core.tlbs, asid, va, t, fetch);
+        return Ok((t, l2lat));
+    }
+    core.stats.tlb.l2_misses += 1;
+    let mut cycles = 0u32;
+    let mut first = true;
+    loop {
+        eng.plan.clear();
+        eng.plan.checked = eng.checked;
+        let r = eng.os.walk(asid, &mut core.wc, va, &mut eng.plan);
+        if let Some(v) = eng.plan.violation {
+            return Err(Error::Check(format!("walk of ASID {asid} va {va:#x}: {v}")));
+        }
+        let wl = time_walk(&eng.plan, &mut eng.mem, cid, eng.entry, &mut core.stats.walk);
+        cycles += if first {
+            if eng.parallel_walk {
+                wl.max(l2lat)
+            } else {
+                wl + l2lat
+            }
+        } else {
+            wl
+        };
+        first = false;
+        match r {
+            Some(t) => {
+                if eng.checked {
+                    check(eng, core, asid, va, t, "page walk")?;
+                }
+                core.stats.tlb.l1_misses_by_size[t.size.index()] += 1;
+                core.stats.tlb.l2_misses_by_size[t.size.index()] += 1;
+                core.tlbs.l2.insert(asid, va, t);
+                fill_l1(&mut core.tlbs, asid, va, t, fetch);
+                return Ok((t, cycles));
+            }
+            None => {
+                fault(eng, core, asid, va)?;
+            }
+        }
+    }
+}
+
+/// Takes a page fault: the OS maps the page; its work is charged to this core.
+fn fault<D: Driver, T: TimingModel>(eng: &mut Engine<D, T>, core: &mut Core<D::WalkCache>, asid: u16, va: u64) -> Result<Translation> {
+    let before = eng.os.cycles(OsPath::Fault);
+    let t = eng.os.fault(asid, va)?;
+    let os = eng.os.cycles(OsPath::Fault) - before + eng.trap_cycles;
+    core.stats.faults += 1;
+    core.stats.os_cycles += os;
+    core.cycles += os;
+    // Shootdowns a fault caused (a policy that evicts on fault) must reach this core before it
+    // uses its TLBs again; other cores get them when the chunk ends.
+    for sd in &eng.os.pending {
+        core.tlbs.invalidate(sd.asid, sd.start, sd.end);
+        eng.os.driver.invalidate_walk_cache(&mut core.wc, sd.asid, sd.start, sd.end);
+    }
+    Ok(t)
+}

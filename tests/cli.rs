@@ -1,0 +1,111 @@
+//! Bad input gets one clear error line and exit code 2, never a panic.
+
+use std::process::Command;
+
+fn xlate(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_xlate")).args(args).output().expect("runs");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn fails_with(args: &[&str], needles: &[&str]) {
+    let (code, _, err) = xlate(args);
+    assert_eq!(code, 2, "{args:?}: exit code {code}, stderr: {err}");
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: stderr lacks `{n}`: {err}");
+    }
+}
+
+#[test]
+fn unknown_names() {
+    fails_with(&["run", "--design", "nope"], &["unknown design `nope`", "radix4"]);
+    fails_with(&["run", "--workload", "nope"], &["unknown workload `nope`", "gups"]);
+    fails_with(&["run", "--preset", "nope"], &["unknown preset `nope`", "emt-osdi25"]);
+}
+
+#[test]
+fn bad_config_keys_and_values() {
+    fails_with(&["run", "--set", "mmu.l2.sets=3"], &["mmu.l2.sets", "no such key"]);
+    fails_with(&["run", "--set", "mmu.l2.entries=1200"], &["mmu.l2.entries", "power of two"]);
+    fails_with(&["run", "--set", "mmu.l2.entries=1000"], &["mmu.l2.entries", "multiple of ways"]);
+    fails_with(&["run", "--set", "mmu.l1d[0].ways=0"], &["mmu.l1d[0].ways", "at least 1"]);
+    fails_with(&["run", "--set", "mem.l2.ways=0"], &["mem.l2.ways"]);
+    fails_with(&["run", "--set", "workload.params.tabel=1G"], &["workload.params.tabel", "table"]);
+    let dir = std::env::temp_dir().join(format!("xlate-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("bad.toml");
+    std::fs::write(&f, "[mmu.l2]\nentries = 1536\nwayz = 12\n").unwrap();
+    fails_with(&["run", "--config", f.to_str().unwrap()], &["mmu.l2.wayz", "bad.toml"]);
+    std::fs::write(&f, "[mmu.l2\n").unwrap();
+    fails_with(&["run", "--config", f.to_str().unwrap()], &["bad.toml", "not valid TOML"]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bad_traces() {
+    let dir = std::env::temp_dir().join(format!("xlate-cli-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A ChampSim trace cut in the middle of its second record.
+    let f = dir.join("cut.champsim");
+    let mut bytes = vec![0u8; 64 + 17];
+    bytes[0] = 0x10; // ip
+    bytes[32] = 0x40; // a load address
+    std::fs::write(&f, &bytes).unwrap();
+    fails_with(&["run", "--trace", f.to_str().unwrap(), "--quiet"], &["cut.champsim", "offset 64"]);
+    // Not an xlate trace at all.
+    let g = dir.join("junk.xlt");
+    std::fs::write(&g, b"this is not a trace, just text that is long enough to be read").unwrap();
+    let (code, _, err) = xlate(&["run", "--trace", g.to_str().unwrap(), "--quiet"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("junk.xlt") && !err.contains("panicked"), "{err}");
+    fails_with(&["run", "--trace", dir.join("missing.xlt").to_str().unwrap()], &["missing.xlt"]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn listings() {
+    for cmd in ["designs", "workloads", "presets"] {
+        let (code, out, _) = xlate(&[cmd]);
+        assert_eq!(code, 0);
+        assert!(out.lines().count() >= 3, "{cmd}: {out}");
+    }
+    let (_, out, _) = xlate(&["designs"]);
+    for d in ["radix4", "radix5", "radix4-thp", "ideal"] {
+        assert!(out.contains(d));
+    }
+}
+
+#[test]
+fn run_writes_json_and_csv_with_units() {
+    let dir = std::env::temp_dir().join(format!("xlate-cli-out-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let j = dir.join("r.json");
+    let c = dir.join("r.csv");
+    let (code, out, err) = xlate(&[
+        "compare",
+        "--designs",
+        "radix4,ideal",
+        "--workload",
+        "gups",
+        "--set",
+        "workload.params.table=64M",
+        "--set",
+        "workload.params.updates=20000",
+        "--set",
+        "os.memory=1G",
+        "--json",
+        j.to_str().unwrap(),
+        "--csv",
+        c.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("l2_tlb_mpki") && out.contains("misses/kinstr") && out.contains("speedup_vs_radix4"), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+    assert_eq!(v[0]["schema"], "xlate.run.v1");
+    assert_eq!(v[1]["design"], "ideal");
+    assert_eq!(v[0]["units"]["walk_latency_avg"], "cycles");
+    assert_eq!(v[0]["config"]["mmu"]["l2"]["entries"], 1536);
+    let csv = std::fs::read_to_string(&c).unwrap();
+    assert_eq!(csv.lines().count(), 3);
+    std::fs::remove_dir_all(&dir).ok();
+}

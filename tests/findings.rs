@@ -1,0 +1,46 @@
+//! The foundation's expected findings, on scaled-down defaults.
+
+mod common;
+use common::*;
+
+fn gups(design: &str) -> xlate::sim::RunOutput {
+    run(design, &["workload.name=\"gups\"", "workload.params.table=1G", "workload.params.updates=200000"])
+}
+
+#[test]
+fn gups_radix_thp_ideal() {
+    let radix = gups("radix4");
+    let thp = gups("radix4-thp");
+    let ideal = gups("ideal");
+    // ~10 instructions per update, almost every update misses the L2 TLB over a 1 GiB table.
+    let per_update = radix.core.tlb.l2_misses as f64 / 200_000.0;
+    assert!((0.8..=1.05).contains(&per_update), "L2 TLB misses per GUPS update {per_update}");
+    let mpki = metric(&radix, "l2_tlb_mpki");
+    assert!((80.0..=105.0).contains(&mpki), "radix4 L2 TLB MPKI {mpki}");
+    assert!(thp.core.walk.walks * 3 < radix.core.walk.walks, "THP walks {} vs radix {}", thp.core.walk.walks, radix.core.walk.walks);
+    assert_eq!(ideal.core.walk.walks, 0);
+    assert!(ideal.cycles < thp.cycles && thp.cycles < radix.cycles);
+}
+
+#[test]
+fn radix5_one_more_reference_before_filtering_never_fewer_after() {
+    let sets = ["workload.name=\"gups\"", "workload.params.table=1G", "workload.params.updates=100000"];
+    let r4 = run("radix4", &sets);
+    let r5 = run("radix5", &sets);
+    assert_eq!(r4.core.walk.walks, r5.core.walk.walks);
+    assert_eq!(r5.core.walk.refs_unfiltered, r4.core.walk.refs_unfiltered + r4.core.walk.walks);
+    assert!(r5.core.walk.refs >= r4.core.walk.refs);
+}
+
+#[test]
+fn same_seed_same_json() {
+    let sets = ["workload.name=\"gups\"", "workload.params.table=256M", "workload.params.updates=50000"];
+    let strip = |r: &xlate::sim::RunOutput| {
+        let mut v = xlate::report::json(r);
+        v.as_object_mut().unwrap().remove("host");
+        serde_json::to_string(&v).unwrap()
+    };
+    let a = strip(&run("radix4-thp", &sets));
+    let b = strip(&run("radix4-thp", &sets));
+    assert_eq!(a, b);
+}
