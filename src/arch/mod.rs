@@ -32,6 +32,24 @@ pub trait Driver: Tdb + Sized + 'static {
     /// discovering that are still in the plan).
     fn walk(&mut self, space: &mut Self::Space, wc: &mut Self::WalkCache, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation>;
 
+    /// Whether the design has a side structure looked up beside the L2 TLB ([`Driver::side_lookup`]).
+    /// A constant, so designs without one pay nothing on the access path.
+    const HAS_SIDE: bool = false;
+
+    /// A side structure looked up on an L1 TLB miss beside the L2 TLB (Utopia's RestSeg walk, RMM's
+    /// range TLB, ...): appends its memory references to `plan` and returns the translation if it
+    /// holds one. The walk starts only when both the L2 TLB and this miss. Default: none.
+    fn side_lookup(
+        &mut self,
+        _space: &mut Self::Space,
+        _wc: &mut Self::WalkCache,
+        _asid: u16,
+        _va: u64,
+        _plan: &mut WalkPlan,
+    ) -> Option<Translation> {
+        None
+    }
+
     /// Drops walk-cache entries of `asid` that may cover `[start, end)` (TLB shootdown).
     fn invalidate_walk_cache(&self, wc: &mut Self::WalkCache, asid: u16, start: u64, end: u64);
 

@@ -186,20 +186,21 @@ impl SetAssoc {
     #[inline]
     fn victim(&mut self, base: usize) -> usize {
         let ways = self.ways;
-        if let Some(w) = self.tags(base).iter().position(|&t| t == INVALID_TAG) {
-            return w;
+        if self.policy == Replacement::Srrip {
+            if let Some(w) = self.tags(base).iter().position(|&t| t == INVALID_TAG) {
+                return w;
+            }
         }
         let meta = &mut self.data[base + ways..base + 2 * ways];
         match self.policy {
             Replacement::Lru => {
+                // Invalid ways carry stamp 0 (`empty_meta`) and valid ones stamps >= 1, so this one
+                // pass also picks the lowest-index invalid way first.
                 // Stamps of valid ways are distinct (one clock tick per touch), so the minimum is unique.
-                let mut best = 0;
-                for (w, &m) in meta.iter().enumerate().skip(1) {
-                    if m < meta[best] {
-                        best = w;
-                    }
-                }
-                best
+                // Folding the way index into the low bits makes this a branch-free min reduction: a
+                // compare-and-branch per way mispredicts on random stamps and dominated the profile.
+                let bits = usize::BITS - (ways - 1).leading_zeros();
+                meta.iter().enumerate().map(|(w, &m)| (m << bits) | w as u64).min().map_or(0, |k| (k & ((1 << bits) - 1)) as usize)
             }
             Replacement::Srrip => {
                 // "Increment all RRPVs and retry until some way reaches 3" ends after (3 - max) rounds with

@@ -39,6 +39,9 @@ pub struct MmuConfig {
     pub walker_entry: WalkerEntry,
     /// Every translation hits the L1 TLB (the "perfect TLB" / ideal design).
     pub perfect_tlb: bool,
+    /// Look a driver's side structure (RestSeg walk, range TLB) up in parallel with the L2 TLB
+    /// (Utopia's default) instead of after its miss (Utopia Fig. 28's serial variant).
+    pub side_parallel: bool,
 }
 
 impl Default for MmuConfig {
@@ -54,6 +57,7 @@ impl Default for MmuConfig {
             l2_parallel_walk: false,
             walker_entry: WalkerEntry::L1,
             perfect_tlb: false,
+            side_parallel: true,
         }
     }
 }
@@ -206,8 +210,8 @@ impl Tlbs {
     }
 }
 
-/// Times a walk plan through the memory hierarchy and records it; returns the critical-path
-/// latency in cycles.
+/// Times a walk plan (or a side lookup's plan) through the memory hierarchy and records it in
+/// `stats`; returns the critical-path latency in cycles.
 #[inline]
 pub fn time_walk(plan: &WalkPlan, mem: &mut MemHierarchy, core: usize, entry: WalkerEntry, stats: &mut WalkStats) -> u32 {
     let enter = match entry {

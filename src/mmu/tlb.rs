@@ -107,7 +107,8 @@ impl Tlb {
         None
     }
 
-    /// Fills a translation of a size it holds (ignored otherwise).
+    /// Fills a translation of a size it holds (ignored otherwise). The caller must have just missed
+    /// on `va` in this TLB.
     #[inline]
     pub fn insert(&mut self, asid: u16, va: u64, t: Translation) {
         if !self.holds(t.size) {
@@ -116,9 +117,8 @@ impl Tlb {
         let vpn = va >> t.size.shift();
         let set = (vpn & self.set_mask) as usize;
         let tg = tag(vpn, asid, t.size);
-        if self.arr.probe(set, tg).is_some() {
-            return;
-        }
+        // Callers fill only after this TLB missed, so the entry is absent (no probe on the hot path).
+        debug_assert!(self.arr.probe(set, tg).is_none(), "TLB filled twice with {va:#x}");
         let (way, _) = self.arr.insert(set, tg);
         let slot = self.arr.slot(set, way);
         self.pbase[slot] = t.pbase;

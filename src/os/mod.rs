@@ -364,6 +364,13 @@ impl<D: Driver> Os<D> {
         self.driver.walk(&mut p.space, wc, asid, va, plan)
     }
 
+    /// The driver's side lookup of `va` (see [`Driver::side_lookup`]).
+    #[inline]
+    pub fn side_lookup(&mut self, asid: u16, wc: &mut D::WalkCache, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
+        let p = &mut self.procs[asid as usize];
+        self.driver.side_lookup(&mut p.space, wc, asid, va, plan)
+    }
+
     /// Handles a page fault at `va`: maps the page (THP, 1 GiB pool or 4 KiB) through the
     /// translation API. Returns the new translation.
     pub fn fault(&mut self, asid: u16, va: u64) -> Result<Translation> {

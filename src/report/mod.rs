@@ -64,6 +64,11 @@ pub fn metrics(r: &RunOutput) -> Vec<Metric> {
     for (i, lvl) in ["l1", "l2", "llc", "dram"].iter().enumerate() {
         add(&format!("walk_refs_{lvl}"), w.refs_by_level[i] as f64, "refs");
     }
+    let sw = &c.side;
+    add("side_walks", sw.walks as f64, "lookups");
+    add("side_walk_hit_rate", per(c.side_hits as f64, sw.walks as f64), "fraction");
+    add("side_walk_latency_avg", per(sw.latency_sum as f64, sw.walks as f64), "cycles");
+    add("side_walk_refs", sw.refs as f64, "refs");
     add("walk_cache_hit_rate", per(w.wc_hits as f64, (w.wc_hits + w.wc_misses) as f64), "fraction");
     add("translation_cycles", c.translation_cycles, "cycles");
     add("translation_fraction", per(c.translation_cycles, r.cycles), "fraction");

@@ -51,6 +51,10 @@ pub struct CoreStats {
     pub tlb: TlbStats,
     /// Walker counters.
     pub walk: WalkStats,
+    /// Side-lookup counters (same shape as walks: lookups, latency, references).
+    pub side: WalkStats,
+    /// Side lookups that found the translation.
+    pub side_hits: u64,
     /// Cycles waiting for translation (L2 TLB lookups and walks).
     pub translation_cycles: f64,
     /// Exposed data-access cycles beyond L1 hits.
@@ -99,6 +103,7 @@ struct Engine<D: Driver, T: TimingModel> {
     entry: WalkerEntry,
     perfect: bool,
     parallel_walk: bool,
+    side_parallel: bool,
     checked: bool,
     trap_cycles: f64,
 }
@@ -200,6 +205,7 @@ fn run_with<D: Driver>(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], s
         entry: cfg.mmu.walker_entry,
         perfect: cfg.mmu.perfect_tlb,
         parallel_walk: cfg.mmu.l2_parallel_walk,
+        side_parallel: cfg.mmu.side_parallel,
         checked: cfg.sim.checked,
         trap_cycles: cfg.os.fault_trap_cycles,
     };
@@ -357,6 +363,8 @@ fn merge_core(a: &mut CoreStats, b: &CoreStats) {
         x.l2_misses_by_size[i] += y.l2_misses_by_size[i];
     }
     a.walk.merge(&b.walk);
+    a.side.merge(&b.side);
+    a.side_hits += b.side_hits;
     a.translation_cycles += b.translation_cycles;
     a.data_cycles += b.data_cycles;
     a.os_cycles += b.os_cycles;
@@ -462,6 +470,28 @@ fn translate<D: Driver, T: TimingModel>(
         return Ok((t, l2lat));
     }
     core.stats.tlb.l2_misses += 1;
+    // The side structure, if the design has one, runs beside the L2 TLB (or after its miss).
+    let mut l2lat = l2lat;
+    if D::HAS_SIDE {
+        eng.plan.clear();
+        eng.plan.checked = eng.checked;
+        let r = eng.os.side_lookup(asid, &mut core.wc, va, &mut eng.plan);
+        if let Some(v) = eng.plan.violation {
+            return Err(Error::Check(format!("side lookup of ASID {asid} va {va:#x}: {v}")));
+        }
+        let sl = time_walk(&eng.plan, &mut eng.mem, cid, eng.entry, &mut core.stats.side);
+        l2lat = if eng.side_parallel { l2lat.max(sl) } else { l2lat + sl };
+        if let Some(t) = r {
+            if eng.checked {
+                check(eng, core, asid, va, t, "side lookup")?;
+            }
+            core.stats.side_hits += 1;
+            core.stats.tlb.l1_misses_by_size[t.size.index()] += 1;
+            core.tlbs.l2.insert(asid, va, t);
+            fill_l1(&mut core.tlbs, asid, va, t, fetch);
+            return Ok((t, l2lat));
+        }
+    }
     let mut cycles = 0u32;
     let mut first = true;
     loop {
