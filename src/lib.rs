@@ -14,6 +14,7 @@ pub mod mem;
 pub mod mmu;
 pub mod os;
 pub mod report;
+pub mod reproduce;
 pub mod rng;
 pub mod sim;
 pub mod timing;

@@ -78,6 +78,24 @@ enum Cmd {
         #[arg(long, default_value_t = 20_000_000)]
         accesses: u64,
     },
+    /// Re-run a paper's comparisons and print our numbers beside the paper's (`emt`, ...).
+    Reproduce {
+        /// The paper (see `xlate reproduce --list`).
+        #[arg(default_value = "emt")]
+        study: String,
+        /// List the studies.
+        #[arg(long)]
+        list: bool,
+        /// Override any config key in every run (e.g. a smaller scale).
+        #[arg(long = "set", short = 's')]
+        sets: Vec<String>,
+        /// Write the findings and every run's results as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// No progress display.
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// Summarize a trace file.
     TraceInfo {
         /// The trace.
@@ -215,6 +233,21 @@ fn real_main() -> Result<()> {
             Ok(())
         }
         Cmd::Bench { accesses } => bench(accesses),
+        Cmd::Reproduce { study, list, sets, json, quiet } => {
+            if list {
+                for s in xlate::reproduce::STUDIES {
+                    println!("{:<10} {}", s.name, s.description);
+                }
+                return Ok(());
+            }
+            let out = xlate::reproduce::run(xlate::reproduce::lookup(&study)?, &sets, !quiet)?;
+            print!("{}", out.table);
+            if let Some(p) = json {
+                std::fs::write(&p, serde_json::to_string_pretty(&out.json).expect("json") + "\n")
+                    .map_err(|e| Error::io(p.display().to_string(), e))?;
+            }
+            Ok(())
+        }
         Cmd::TraceInfo { file, limit } => {
             let mut src = trace::open(&file)?;
             let info = trace::info(src.as_mut(), limit)?;

@@ -1,0 +1,135 @@
+//! EMT (Chai et al., OSDI'25): the OS cost and walk latency of ECPT and FPT against x86 radix.
+//!
+//! Scale: GUPS over a 4 GiB table (EMT's GUPS) with 2 M updates, BFS over a 2 GiB graph with THP
+//! always, and a Sysbench-memory-like sequential stream; EMT's machine preset. Paper numbers are
+//! from `reference/parameters.md` (EMT row).
+
+use super::{change_pct, Finding, RunSpec, Study};
+use crate::os::tapi::{Func, Path};
+use crate::sim::RunOutput;
+use std::collections::BTreeMap;
+
+/// The study.
+pub const STUDY: Study = Study {
+    name: "emt",
+    description: "EMT OSDI'25: page-fault OS work and walk latency of ECPT and FPT vs x86-64 radix",
+    preset: "emt-osdi25",
+    runs,
+    findings,
+};
+
+fn sets(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+const GUPS: &[&str] = &["workload.name=\"gups\"", "workload.params.table=4G", "workload.params.updates=2000000"];
+const BFS: &[&str] = &["workload.name=\"bfs\"", "workload.params.footprint=2G", "workload.params.max_accesses=4000000", "os.thp=always"];
+const SYSBENCH: &[&str] = &["workload.name=\"sysbench-mem\"", "workload.params.max_accesses=4000000"];
+
+fn runs() -> Vec<RunSpec> {
+    let with = |base: &[&str], extra: &[&str]| {
+        let mut v = sets(base);
+        v.extend(sets(extra));
+        v
+    };
+    vec![
+        RunSpec { key: "gups-radix", design: "radix4", sets: sets(GUPS) },
+        RunSpec { key: "gups-ecpt", design: "ecpt", sets: sets(GUPS) },
+        RunSpec { key: "gups-fpt-l3l2", design: "fpt-l3l2", sets: sets(GUPS) },
+        RunSpec { key: "gups-fpt-l4l3-l2l1", design: "fpt-l4l3-l2l1", sets: sets(GUPS) },
+        RunSpec { key: "bfs-radix-thp", design: "radix4-thp", sets: sets(BFS) },
+        RunSpec { key: "bfs-ecpt-thp", design: "ecpt-thp", sets: sets(BFS) },
+        RunSpec { key: "bfs-ecpt-thp-generic", design: "ecpt-thp", sets: with(BFS, &["arch.ecpt.optimized_api=false"]) },
+        RunSpec { key: "sysbench-radix", design: "radix4", sets: sets(SYSBENCH) },
+        RunSpec { key: "sysbench-ecpt", design: "ecpt", sets: sets(SYSBENCH) },
+    ]
+}
+
+/// Kernel work on the page-fault path as EMT counted it (kernel instructions): the translation
+/// API's work and page allocation, not the bytes zeroed or copied (one `rep stos`/`movs` each in
+/// the instruction count).
+pub fn fault_kernel_work(r: &RunOutput) -> f64 {
+    [Func::Lookup, Func::Insert, Func::Remove, Func::Iterate, Func::RangeCheck, Func::Alloc]
+        .iter()
+        .map(|&f| r.os_cost.func_cycles(Path::Fault, f, &r.config.os.costs))
+        .sum()
+}
+
+fn work_ratio(runs: &BTreeMap<&'static str, RunOutput>, a: &str, b: &str) -> Option<f64> {
+    Some(fault_kernel_work(runs.get(a)?) / fault_kernel_work(runs.get(b)?))
+}
+
+fn findings() -> Vec<Finding> {
+    vec![
+        Finding {
+            name: "page-fault kernel work ECPT / radix, GUPS 4 KiB pages",
+            paper: "1.73x (9.11 M / 5.25 M instr)",
+            paper_value: Some(1.73),
+            unit: "x",
+            ours: |r| work_ratio(r, "gups-ecpt", "gups-radix"),
+        },
+        Finding {
+            name: "page-fault kernel work ECPT / radix, BFS THP always",
+            paper: "2.59-2.68x",
+            paper_value: Some(2.64),
+            unit: "x",
+            ours: |r| work_ratio(r, "bfs-ecpt-thp", "bfs-radix-thp"),
+        },
+        Finding {
+            name: "page-fault kernel work FPT L4L3+L2L1 / radix, GUPS 4 KiB",
+            paper: "~0.96x",
+            paper_value: Some(0.96),
+            unit: "x",
+            ours: |r| work_ratio(r, "gups-fpt-l4l3-l2l1", "gups-radix"),
+        },
+        Finding {
+            name: "page-fault kernel work FPT L3L2 / radix, GUPS 4 KiB",
+            paper: "~0.96x",
+            paper_value: Some(0.96),
+            unit: "x",
+            ours: |r| work_ratio(r, "gups-fpt-l3l2", "gups-radix"),
+        },
+        Finding {
+            name: "walk latency change ECPT vs radix, GUPS",
+            paper: "-23.1 % (average of EMT's benchmarks)",
+            paper_value: Some(-23.1),
+            unit: "%",
+            ours: |r| change_pct(r, "gups-ecpt", "gups-radix", "walk_latency_avg"),
+        },
+        Finding {
+            name: "walk latency change ECPT vs radix, Sysbench memory",
+            paper: "+2.2 %",
+            paper_value: Some(2.2),
+            unit: "%",
+            ours: |r| change_pct(r, "sysbench-ecpt", "sysbench-radix", "walk_latency_avg"),
+        },
+        Finding {
+            name: "radix walk-cache hit rate, Sysbench memory",
+            paper: "~99.8 % (PMD-level PWC)",
+            paper_value: Some(0.998),
+            unit: "fraction",
+            ours: |r| Some(super::metric(r.get("sysbench-radix")?, "walk_cache_hit_rate")),
+        },
+        Finding {
+            name: "walk latency change FPT L3L2 vs radix, GUPS",
+            paper: "-5.5 %",
+            paper_value: Some(-5.5),
+            unit: "%",
+            ours: |r| change_pct(r, "gups-fpt-l3l2", "gups-radix", "walk_latency_avg"),
+        },
+        Finding {
+            name: "walk latency change FPT L4L3+L2L1 vs radix, GUPS",
+            paper: "-15.3 %",
+            paper_value: Some(-15.3),
+            unit: "%",
+            ours: |r| change_pct(r, "gups-fpt-l4l3-l2l1", "gups-radix", "walk_latency_avg"),
+        },
+        Finding {
+            name: "kernel work saved by ECPT's optimized API vs generic, BFS THP",
+            paper: "-49 %",
+            paper_value: Some(-49.0),
+            unit: "%",
+            ours: |r| Some((fault_kernel_work(r.get("bfs-ecpt-thp")?) / fault_kernel_work(r.get("bfs-ecpt-thp-generic")?) - 1.0) * 100.0),
+        },
+    ]
+}

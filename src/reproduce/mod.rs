@@ -1,0 +1,147 @@
+//! `xlate reproduce PAPER`: re-runs a paper's comparisons on built-in workloads at a scale that
+//! finishes in minutes, and prints our value beside the paper's for each finding.
+//!
+//! A study is data: the runs it needs (design × workload × config overrides) and the findings,
+//! each a function of those runs' results. Runs are done once and shared by findings; an
+//! interrupted study reports the findings whose runs finished.
+
+pub mod emt;
+
+use crate::arch;
+use crate::config::Layers;
+use crate::error::{Error, Result};
+use crate::report;
+use crate::sim::{self, RunOutput};
+use serde_json::json;
+use std::collections::BTreeMap;
+
+/// One simulation a study needs.
+pub struct RunSpec {
+    /// Key findings use to refer to it.
+    pub key: &'static str,
+    /// Design name.
+    pub design: &'static str,
+    /// `--set` overrides (workload, its parameters, machine).
+    pub sets: Vec<String>,
+}
+
+/// How a finding compares with the paper.
+pub struct Finding {
+    /// What is compared.
+    pub name: &'static str,
+    /// The paper's value, as printed there.
+    pub paper: &'static str,
+    /// Paper value as a number (for the size check), if it is one.
+    pub paper_value: Option<f64>,
+    /// Unit of both values.
+    pub unit: &'static str,
+    /// Computes our value from the finished runs (None if a run it needs is missing).
+    pub ours: fn(&BTreeMap<&'static str, RunOutput>) -> Option<f64>,
+}
+
+/// A paper's study.
+pub struct Study {
+    /// Name on the command line.
+    pub name: &'static str,
+    /// One line.
+    pub description: &'static str,
+    /// Machine preset.
+    pub preset: &'static str,
+    /// Runs.
+    pub runs: fn() -> Vec<RunSpec>,
+    /// Findings.
+    pub findings: fn() -> Vec<Finding>,
+}
+
+/// Every study.
+pub static STUDIES: &[Study] = &[emt::STUDY];
+
+/// Finds a study.
+pub fn lookup(name: &str) -> Result<&'static Study> {
+    STUDIES.iter().find(|s| s.name == name).ok_or_else(|| Error::Unknown {
+        what: "study",
+        name: name.into(),
+        known: STUDIES.iter().map(|s| s.name.to_string()).collect(),
+    })
+}
+
+/// A metric of a run by key.
+pub fn metric(r: &RunOutput, key: &str) -> f64 {
+    report::metrics(r).into_iter().find(|m| m.key == key).map(|m| m.value).unwrap_or(f64::NAN)
+}
+
+/// `a / b` of a metric across two runs.
+pub fn ratio(runs: &BTreeMap<&'static str, RunOutput>, a: &str, b: &str, key: &str) -> Option<f64> {
+    Some(metric(runs.get(a)?, key) / metric(runs.get(b)?, key))
+}
+
+/// Relative change `a / b - 1` of a metric, in percent.
+pub fn change_pct(runs: &BTreeMap<&'static str, RunOutput>, a: &str, b: &str, key: &str) -> Option<f64> {
+    ratio(runs, a, b, key).map(|r| (r - 1.0) * 100.0)
+}
+
+/// What a study produced.
+pub struct StudyOutput {
+    /// The table, for the terminal.
+    pub table: String,
+    /// The same as JSON.
+    pub json: serde_json::Value,
+}
+
+/// Runs a study. `extra` are `--set` overrides applied to every run (e.g. a smaller scale).
+pub fn run(study: &Study, extra: &[String], progress: bool) -> Result<StudyOutput> {
+    let mut done: BTreeMap<&'static str, RunOutput> = BTreeMap::new();
+    let specs = (study.runs)();
+    for (i, spec) in specs.iter().enumerate() {
+        let design = arch::lookup(spec.design)?;
+        let mut sets = spec.sets.clone();
+        sets.extend(extra.iter().cloned());
+        let cfg = Layers { preset: Some(study.preset.into()), file: None, sets }.resolve(Some(design.apply))?;
+        if progress {
+            eprintln!("[{}/{}] {} ({})", i + 1, specs.len(), spec.key, spec.design);
+        }
+        let r = sim::run(design, &cfg, &[], progress)?;
+        let stop = r.interrupted;
+        if !stop {
+            done.insert(spec.key, r);
+        }
+        if stop {
+            break;
+        }
+    }
+    let findings = (study.findings)();
+    let mut rows = vec![["finding".to_string(), "ours".into(), "paper".into(), "unit".into(), "size within 25 %".into()]];
+    let mut items = Vec::new();
+    for f in &findings {
+        let ours = (f.ours)(&done);
+        let within = match (ours, f.paper_value) {
+            (Some(o), Some(p)) if p != 0.0 => Some(((o - p) / p).abs() <= 0.25),
+            _ => None,
+        };
+        rows.push([
+            f.name.to_string(),
+            ours.map(|v| format!("{v:.3}")).unwrap_or_else(|| "(not run)".into()),
+            f.paper.to_string(),
+            f.unit.to_string(),
+            match within {
+                Some(true) => "yes".into(),
+                Some(false) => "no (docs/fidelity.md)".into(),
+                None => "-".into(),
+            },
+        ]);
+        items.push(json!({"finding": f.name, "ours": ours, "paper": f.paper, "paper_value": f.paper_value, "unit": f.unit, "within_25pct": within}));
+    }
+    let widths: Vec<usize> = (0..5).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+    let mut table = format!("xlate reproduce {}: {}\n", study.name, study.description);
+    for (i, r) in rows.iter().enumerate() {
+        let line: Vec<String> = r.iter().enumerate().map(|(c, s)| format!("{s:<w$}", w = widths[c])).collect();
+        table.push_str(line.join("  ").trim_end());
+        table.push('\n');
+        if i == 0 {
+            table.push_str(&"-".repeat(widths.iter().sum::<usize>() + 8));
+            table.push('\n');
+        }
+    }
+    let runs_json: Vec<serde_json::Value> = done.values().map(report::json).collect();
+    Ok(StudyOutput { table, json: json!({"study": study.name, "findings": items, "runs": runs_json}) })
+}
