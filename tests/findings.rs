@@ -44,3 +44,15 @@ fn same_seed_same_json() {
     let b = strip(&run("radix4-thp", &sets));
     assert_eq!(a, b);
 }
+
+/// The workloads' TLB pressure ranks as the seeds report: GUPS and graph traversal high,
+/// sequential Sysbench memory low.
+#[test]
+fn workload_mpki_ranking() {
+    let mpki = |sets: &[&str]| metric(&run("radix4", sets), "l2_tlb_mpki");
+    let gups = mpki(&["workload.name=\"gups\"", "workload.params.table=512M", "workload.params.updates=100000"]);
+    let bfs = mpki(&["workload.name=\"bfs\"", "workload.params.footprint=512M", "workload.params.max_accesses=300000"]);
+    let sysbench = mpki(&["workload.name=\"sysbench-mem\"", "workload.params.max_accesses=300000"]);
+    assert!(gups > 50.0 && bfs > 20.0, "gups {gups} bfs {bfs}");
+    assert!(sysbench < 1.0, "sysbench {sysbench}");
+}
