@@ -673,7 +673,8 @@ mod tests {
     #[test]
     fn index_arithmetic_of_every_pattern() {
         let va = 0x7f12_3456_7000u64;
-        let expect: [(Flatten, &[(u8, u8, u64)]); 4] = [
+        type Steps = &'static [(u8, u8, u64)];
+        let expect: [(Flatten, Steps); 4] = [
             // (top, low, byte offset of the entry inside the node)
             (Flatten::L4L3L2L1, &[(4, 3, 0x1fc48 * 8), (2, 1, 0x34567 * 8)]),
             (Flatten::L3L2, &[(4, 4, 0xfe * 8), (3, 2, 0x91a2 * 8), (1, 1, 0x167 * 8)]),
