@@ -125,3 +125,39 @@ fn compare_radix4_and_fpt_on_gups() {
     assert!((0.85..=1.05).contains(&cyc), "os_cycles_fault FPT/radix {cyc} (EMT: 0.96)");
     assert_eq!(v[1]["driver"]["flattened_nodes"], 2, "L4L3 root + one L2L1 node for the 1 GiB table");
 }
+
+/// khugepaged collapses 4 KiB-populated regions into 2 MiB entries of the L3L2 node while GUPS runs;
+/// the freed L1 tables' PWC entries must have been shot down, or checked mode fails the run.
+#[test]
+fn l3l2_promotion_under_checked_mode() {
+    let sets = [
+        "workload.name=\"gups\"",
+        "workload.params.table=64M",
+        "workload.params.updates=300000",
+        "workload.params.madvise_huge=true",
+        "os.thp=madvise",
+        "sim.checked=true",
+        "sim.epoch_accesses=5000",
+        "os.khugepaged.sleep_ms=0.01",
+        "os.khugepaged.pages_to_scan=2048",
+    ];
+    let r = run("fpt-l3l2", &sets);
+    assert_eq!(r.os.promotions, 32, "{:?}", r.os);
+    assert_eq!(r.coverage[PageSize::M2.index()], 64 << 20);
+    assert_eq!(r.driver["nodes_l1"], 0, "every L1 table freed by the collapses");
+    assert_eq!(r.table_bytes, 4096 + (2 << 20));
+}
+
+/// With no free 2 MiB block, every flattened node falls back to 4 KiB tables: the run still
+/// agrees with the OS on every access and walks like a radix tree.
+#[test]
+fn fragmented_memory_falls_back_to_radix_tables() {
+    let mut sets = GUPS_64M.to_vec();
+    sets.extend(["os.fragmentation.method=\"free2m\"", "os.fragmentation.target=1.0"]);
+    let r = run("fpt-l4l3-l2l1", &sets);
+    assert_eq!(r.driver["flattened_nodes"], 0);
+    assert_eq!(r.driver["flatten_fallbacks"], 2, "root and the L2L1 node");
+    assert_eq!(r.driver["nodes_l1"], 32);
+    assert_eq!(metric(&r, "walk_refs_unfiltered_per_walk"), 4.0);
+    assert_eq!(r.core.checked, r.core.accesses);
+}
