@@ -31,6 +31,8 @@ fn bad_config_keys_and_values() {
     fails_with(&["run", "--set", "mmu.l1d[0].ways=0"], &["mmu.l1d[0].ways", "at least 1"]);
     fails_with(&["run", "--set", "mem.l2.ways=0"], &["mem.l2.ways"]);
     fails_with(&["run", "--set", "workload.params.tabel=1G"], &["workload.params.tabel", "table"]);
+    fails_with(&["run", "--set", "arch.fpt.flatten=\"l3l1\""], &["l3l1", "l4l3-l2l1"]);
+    fails_with(&["run", "--set", "arch.fpt.pwc[0].level=5"], &["arch.fpt.pwc[0].level"]);
     let dir = std::env::temp_dir().join(format!("xlate-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let f = dir.join("bad.toml");
@@ -70,7 +72,7 @@ fn listings() {
         assert!(out.lines().count() >= 3, "{cmd}: {out}");
     }
     let (_, out, _) = xlate(&["designs"]);
-    for d in ["radix4", "radix5", "radix4-thp", "ideal"] {
+    for d in ["radix4", "radix5", "radix4-thp", "ideal", "fpt-l4l3-l2l1", "fpt-l3l2", "fpt-l4l3", "fpt-l2l1", "fpt-l3l2-thp"] {
         assert!(out.contains(d));
     }
 }

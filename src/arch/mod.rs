@@ -8,7 +8,9 @@
 //! section to [`ArchConfig`] and its entries to [`DESIGNS`]. Nothing in `os/`, `mmu/`, `mem/` or
 //! `sim/` changes; if it has to, the interface is missing something every driver should have.
 
+pub mod fpt;
 pub mod radix;
+pub mod x86pte;
 
 use crate::addr::PageSize;
 use crate::config::Config;
@@ -78,12 +80,15 @@ pub trait Driver: Tdb + Sized + 'static {
 pub struct ArchConfig {
     /// x86-64 radix page table.
     pub radix: radix::RadixConfig,
+    /// Flattened page table (FPT).
+    pub fpt: fpt::FptConfig,
 }
 
 impl ArchConfig {
     /// Validates every section.
     pub fn validate(&self) -> Result<()> {
-        self.radix.validate("arch.radix")
+        self.radix.validate("arch.radix")?;
+        self.fpt.validate("arch.fpt")
     }
 }
 
@@ -92,6 +97,8 @@ impl ArchConfig {
 pub enum DriverKind {
     /// [`radix::Radix`].
     Radix,
+    /// [`fpt::Fpt`].
+    Fpt,
 }
 
 /// A named design: a driver plus the configuration that makes it that design.
@@ -132,6 +139,51 @@ pub static DESIGNS: &[DesignEntry] = &[
         driver: DriverKind::Radix,
         apply: |c| {
             c.arch.radix.levels = 4;
+            c.os.thp = crate::os::ThpMode::Always;
+        },
+    },
+    DesignEntry {
+        name: "fpt-l4l3-l2l1",
+        description: "FPT flattening L4+L3 and L2+L1 into 2 MiB nodes (EMT's default): 2 references per walk, 4 KiB pages",
+        driver: DriverKind::Fpt,
+        apply: |c| {
+            c.arch.fpt.flatten = fpt::Flatten::L4L3L2L1;
+            c.os.thp = crate::os::ThpMode::Never;
+        },
+    },
+    DesignEntry {
+        name: "fpt-l3l2",
+        description: "FPT flattening L3+L2 into 2 MiB nodes (the FPT paper's Linux prototype), 4 KiB pages",
+        driver: DriverKind::Fpt,
+        apply: |c| {
+            c.arch.fpt.flatten = fpt::Flatten::L3L2;
+            c.os.thp = crate::os::ThpMode::Never;
+        },
+    },
+    DesignEntry {
+        name: "fpt-l4l3",
+        description: "FPT flattening L4+L3 into a 2 MiB root node, 4 KiB pages",
+        driver: DriverKind::Fpt,
+        apply: |c| {
+            c.arch.fpt.flatten = fpt::Flatten::L4L3;
+            c.os.thp = crate::os::ThpMode::Never;
+        },
+    },
+    DesignEntry {
+        name: "fpt-l2l1",
+        description: "FPT flattening L2+L1 into 2 MiB leaf nodes (4 KiB pages only), 4 KiB pages",
+        driver: DriverKind::Fpt,
+        apply: |c| {
+            c.arch.fpt.flatten = fpt::Flatten::L2L1;
+            c.os.thp = crate::os::ThpMode::Never;
+        },
+    },
+    DesignEntry {
+        name: "fpt-l3l2-thp",
+        description: "FPT flattening L3+L2 with transparent huge pages always (2 MiB leaves in the merged node)",
+        driver: DriverKind::Fpt,
+        apply: |c| {
+            c.arch.fpt.flatten = fpt::Flatten::L3L2;
             c.os.thp = crate::os::ThpMode::Always;
         },
     },

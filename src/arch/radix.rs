@@ -9,30 +9,22 @@
 //! PWC semantics (Intel SDM §4.10.3): a cache for level-L entries is keyed by the VA bits that
 //! select a level-L entry (`va >> (12 + 9 (L-1))`) and holds the table that entry points to; a hit
 //! skips exactly the levels above and including L. All PWCs are probed in parallel (one latency),
-//! the deepest hit wins.
+//! the deepest hit wins. The entry format and the PWCs live in [`super::x86pte`], shared with FPT.
 //!
 //! Invariant kept by `remove`: no table other than the root is ever empty (an emptied table is freed
 //! and its parent entry cleared, as Linux's `free_pgtables` does at unmap), so "is this 2 MiB range
 //! empty" is one PD-entry read — the check EMT contrasts with ECPT's 512 lookups.
 
+use super::x86pte::{decode, default_pwcs, encode, entry_shift, leaf_level, level_size, validate_pwcs, SplitPwc};
+use super::x86pte::{ADDR_MASK, HUGE, PRESENT, WRITE};
 use super::Driver;
 use crate::addr::{PageSize, Pfn};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::mmu::walk::{Translation, WalkPlan};
-use crate::mmu::wcache::{WalkCache, WalkCacheConfig};
-use crate::os::tapi::{prot, TObj, Tdb, TdbEnv};
+use crate::os::tapi::{TObj, Tdb, TdbEnv};
 
-/// PWC geometry for one level of entries.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PwcLevel {
-    /// Level of the cached entries (4 = PML4E, 3 = PDPTE, 2 = PDE; 5 = PML5E).
-    pub level: u8,
-    /// Geometry.
-    #[serde(flatten)]
-    pub cache: WalkCacheConfig,
-}
+pub use super::x86pte::PwcLevel;
 
 /// Radix driver configuration.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -47,7 +39,7 @@ pub struct RadixConfig {
 impl Default for RadixConfig {
     /// Utopia MICRO'23 Table 1: 3 split PWCs, 32 entries, 4-way, 2 cycles.
     fn default() -> Self {
-        RadixConfig { levels: 4, pwc: [4u8, 3, 2].iter().map(|&level| PwcLevel { level, cache: WalkCacheConfig::new(32, 4, 2) }).collect() }
+        RadixConfig { levels: 4, pwc: default_pwcs() }
     }
 }
 
@@ -57,83 +49,15 @@ impl RadixConfig {
         if !(self.levels == 4 || self.levels == 5) {
             return Err(Error::config(format!("{key}.levels"), format!("must be 4 or 5, found {}", self.levels)));
         }
-        for (i, p) in self.pwc.iter().enumerate() {
-            if !(2..=5).contains(&p.level) {
-                return Err(Error::config(format!("{key}.pwc[{i}].level"), "must be 2 (PDE), 3 (PDPTE), 4 (PML4E) or 5 (PML5E)"));
-            }
-            p.cache.validate(&format!("{key}.pwc[{i}]"))?;
-        }
-        Ok(())
+        validate_pwcs(&self.pwc, key, 5)
     }
 }
 
-const PRESENT: u64 = 1;
-const WRITE: u64 = 1 << 1;
-const ACCESSED: u64 = 1 << 5;
-const DIRTY: u64 = 1 << 6;
-const HUGE: u64 = 1 << 7;
-const NX: u64 = 1 << 63;
-const ADDR_MASK: u64 = 0x000f_ffff_ffff_f000;
 const NO_CHILD: u32 = u32::MAX;
-
-/// Level whose entries map pages of `size` (1 = PTE, 2 = PDE, 3 = PDPTE).
-fn leaf_level(size: PageSize) -> Option<u8> {
-    match size {
-        PageSize::K4 => Some(1),
-        PageSize::M2 => Some(2),
-        PageSize::G1 => Some(3),
-        _ => None,
-    }
-}
-
-fn level_size(level: u8) -> PageSize {
-    match level {
-        1 => PageSize::K4,
-        2 => PageSize::M2,
-        _ => PageSize::G1,
-    }
-}
-
-/// VA shift of the region one entry at `level` covers.
-#[inline(always)]
-fn entry_shift(level: u8) -> u32 {
-    12 + 9 * (level as u32 - 1)
-}
 
 #[inline(always)]
 fn index(va: u64, level: u8) -> usize {
     ((va >> entry_shift(level)) & 511) as usize
-}
-
-fn encode(o: &TObj) -> u64 {
-    let mut e = PRESENT | (o.pa & ADDR_MASK);
-    if o.prot & prot::WRITE != 0 {
-        e |= WRITE;
-    }
-    if o.prot & prot::EXEC == 0 {
-        e |= NX;
-    }
-    if o.accessed {
-        e |= ACCESSED;
-    }
-    if o.dirty {
-        e |= DIRTY;
-    }
-    if o.size != PageSize::K4 {
-        e |= HUGE;
-    }
-    e
-}
-
-fn decode(e: u64, va: u64, size: PageSize) -> TObj {
-    let mut p = prot::READ;
-    if e & WRITE != 0 {
-        p |= prot::WRITE;
-    }
-    if e & NX == 0 {
-        p |= prot::EXEC;
-    }
-    TObj { va: size.align_down(va), pa: e & ADDR_MASK, size, prot: p, accessed: e & ACCESSED != 0, dirty: e & DIRTY != 0 }
 }
 
 /// One 4 KiB table page.
@@ -190,12 +114,8 @@ impl RadixSpace {
     }
 }
 
-/// Per-core PWCs: `caches[i]` caches entries of `levels[i]`, deepest level first.
-pub struct RadixPwc {
-    levels: Vec<u8>,
-    caches: Vec<WalkCache>,
-    latency: u32,
-}
+/// Per-core PWCs.
+pub type RadixPwc = SplitPwc;
 
 /// The radix driver.
 pub struct Radix {
@@ -443,11 +363,7 @@ impl Driver for Radix {
     }
 
     fn new_walk_cache(&self) -> RadixPwc {
-        // Deepest level first, so the first hit is the one that skips most.
-        let levels: Vec<u8> = self.pwc.iter().map(|p| p.level).filter(|&l| l <= self.levels).collect();
-        let caches = self.pwc.iter().filter(|p| p.level <= self.levels).map(|p| WalkCache::new(&p.cache)).collect();
-        let latency = self.pwc.iter().map(|p| p.cache.latency).max().unwrap_or(0);
-        RadixPwc { levels, caches, latency }
+        SplitPwc::new(&self.pwc, |l| l <= self.levels)
     }
 
     #[inline]
@@ -455,21 +371,12 @@ impl Driver for Radix {
         let mut id = s.root;
         let mut level = self.levels;
         // Probe every PWC in parallel; the deepest hit wins.
-        if !wc.caches.is_empty() {
-            plan.fixed_cycles += wc.latency;
-            for (k, c) in wc.caches.iter_mut().enumerate() {
-                let l = wc.levels[k];
-                if let Some(child) = c.lookup(asid, va >> entry_shift(l)) {
-                    plan.wc_hits += 1;
-                    if plan.checked && self.table_at(s, va, l - 1) != Some(child as u32) {
-                        plan.violation = Some("stale page-walk-cache entry (table freed or remapped without shootdown)");
-                    }
-                    id = child as u32;
-                    level = l - 1;
-                    break;
-                }
-                plan.wc_misses += 1;
+        if let Some((l, child)) = wc.probe(asid, va, plan) {
+            if plan.checked && self.table_at(s, va, l - 1) != Some(child as u32) {
+                plan.violation = Some("stale page-walk-cache entry (table freed or remapped without shootdown)");
             }
+            id = child as u32;
+            level = l - 1;
         }
         // References a walk without PWCs would issue: one per level down to the leaf.
         let top = self.levels;
@@ -490,19 +397,14 @@ impl Driver for Radix {
                 return Some(Translation { pbase: e & ADDR_MASK & !size.offset_mask(), size });
             }
             let child = n.child[i];
-            if let Some(k) = wc.levels.iter().position(|&l| l == level) {
-                wc.caches[k].insert(asid, va >> entry_shift(level), child as u64);
-            }
+            wc.fill(asid, level, va, child as u64);
             id = child;
             level -= 1;
         }
     }
 
     fn invalidate_walk_cache(&self, wc: &mut RadixPwc, asid: u16, start: u64, end: u64) {
-        for (k, c) in wc.caches.iter_mut().enumerate() {
-            let sh = entry_shift(wc.levels[k]);
-            c.invalidate(asid, start >> sh, (end.saturating_sub(1)) >> sh);
-        }
+        wc.invalidate(asid, start, end);
     }
 
     fn leaf_sizes(&self) -> &[PageSize] {
@@ -514,7 +416,7 @@ impl Driver for Radix {
 mod tests {
     use super::*;
     use crate::os::phys::PhysMem;
-    use crate::os::tapi::OsCost;
+    use crate::os::tapi::{prot, OsCost};
 
     fn setup(levels: u8) -> (Radix, PhysMem, OsCost) {
         let cfg = RadixConfig { levels, ..RadixConfig::default() };

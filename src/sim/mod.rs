@@ -144,6 +144,7 @@ pub struct RunOutput {
 pub fn run(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], progress: bool) -> Result<RunOutput> {
     match design.driver {
         DriverKind::Radix => run_with::<arch::radix::Radix>(design, cfg, traces, progress),
+        DriverKind::Fpt => run_with::<arch::fpt::Fpt>(design, cfg, traces, progress),
     }
 }
 

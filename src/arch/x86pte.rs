@@ -1,0 +1,180 @@
+//! What the x86-64 radix driver and the drivers built on its format (FPT) share: the 8-byte
+//! page-table entry format, level arithmetic, and split page-walk caches (PWCs).
+//!
+//! Levels are numbered as in the Intel SDM: 1 = PTE (4 KiB leaves), 2 = PDE (2 MiB), 3 = PDPTE
+//! (1 GiB), 4 = PML4E, 5 = PML5E. An entry at level `L` covers `1 << entry_shift(L)` bytes of VA.
+//!
+//! PWC semantics (Intel SDM §4.10.3): a cache for level-`L` entries is keyed by the VA bits that
+//! select a level-`L` entry (`va >> entry_shift(L)`) and holds what that entry points to; a hit
+//! skips every table above and including the one holding the entry. All PWCs are probed in
+//! parallel (one latency); the deepest hit wins.
+
+use crate::addr::PageSize;
+use crate::error::{Error, Result};
+use crate::mmu::walk::WalkPlan;
+use crate::mmu::wcache::{WalkCache, WalkCacheConfig};
+use crate::os::tapi::{prot, TObj};
+
+/// Present.
+pub const PRESENT: u64 = 1;
+/// Writable.
+pub const WRITE: u64 = 1 << 1;
+/// Accessed.
+pub const ACCESSED: u64 = 1 << 5;
+/// Dirty.
+pub const DIRTY: u64 = 1 << 6;
+/// Page size: the entry is a leaf above level 1.
+pub const HUGE: u64 = 1 << 7;
+/// No-execute.
+pub const NX: u64 = 1 << 63;
+/// Physical address bits of an entry.
+pub const ADDR_MASK: u64 = 0x000f_ffff_ffff_f000;
+
+/// Level whose entries map pages of `size` (1 = PTE, 2 = PDE, 3 = PDPTE).
+#[inline]
+pub fn leaf_level(size: PageSize) -> Option<u8> {
+    match size {
+        PageSize::K4 => Some(1),
+        PageSize::M2 => Some(2),
+        PageSize::G1 => Some(3),
+        _ => None,
+    }
+}
+
+/// Size of the page a leaf at `level` (1..=3) maps.
+#[inline]
+pub fn level_size(level: u8) -> PageSize {
+    match level {
+        1 => PageSize::K4,
+        2 => PageSize::M2,
+        _ => PageSize::G1,
+    }
+}
+
+/// VA shift of the region one entry at `level` covers.
+#[inline(always)]
+pub fn entry_shift(level: u8) -> u32 {
+    12 + 9 * (level as u32 - 1)
+}
+
+/// The entry mapping `o` (protection, accessed/dirty, page-size bit for non-4 KiB leaves).
+pub fn encode(o: &TObj) -> u64 {
+    let mut e = PRESENT | (o.pa & ADDR_MASK);
+    if o.prot & prot::WRITE != 0 {
+        e |= WRITE;
+    }
+    if o.prot & prot::EXEC == 0 {
+        e |= NX;
+    }
+    if o.accessed {
+        e |= ACCESSED;
+    }
+    if o.dirty {
+        e |= DIRTY;
+    }
+    if o.size != PageSize::K4 {
+        e |= HUGE;
+    }
+    e
+}
+
+/// The translation object of leaf entry `e` mapping a page of `size` that contains `va`.
+pub fn decode(e: u64, va: u64, size: PageSize) -> TObj {
+    let mut p = prot::READ;
+    if e & WRITE != 0 {
+        p |= prot::WRITE;
+    }
+    if e & NX == 0 {
+        p |= prot::EXEC;
+    }
+    TObj { va: size.align_down(va), pa: e & ADDR_MASK, size, prot: p, accessed: e & ACCESSED != 0, dirty: e & DIRTY != 0 }
+}
+
+/// PWC geometry for one level of entries.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PwcLevel {
+    /// Level of the cached entries (4 = PML4E, 3 = PDPTE, 2 = PDE; 5 = PML5E).
+    pub level: u8,
+    /// Geometry.
+    #[serde(flatten)]
+    pub cache: WalkCacheConfig,
+}
+
+/// Utopia MICRO'23 Table 1: 3 split PWCs (PML4E, PDPTE, PDE), 32 entries, 4-way, 2 cycles.
+pub fn default_pwcs() -> Vec<PwcLevel> {
+    [4u8, 3, 2].iter().map(|&level| PwcLevel { level, cache: WalkCacheConfig::new(32, 4, 2) }).collect()
+}
+
+/// Checks a PWC list: levels within `2..=max_level`, geometry valid; errors name `key.pwc[i]`.
+pub fn validate_pwcs(pwc: &[PwcLevel], key: &str, max_level: u8) -> Result<()> {
+    for (i, p) in pwc.iter().enumerate() {
+        if !(2..=max_level).contains(&p.level) {
+            let what = if max_level == 5 { "2 (PDE), 3 (PDPTE), 4 (PML4E) or 5 (PML5E)" } else { "2 (PDE), 3 (PDPTE) or 4 (PML4E)" };
+            return Err(Error::config(format!("{key}.pwc[{i}].level"), format!("must be {what}")));
+        }
+        p.cache.validate(&format!("{key}.pwc[{i}]"))?;
+    }
+    Ok(())
+}
+
+/// Per-core split PWCs: `caches[i]` caches entries of `levels[i]`, deepest level first. The payload
+/// is whatever the driver stores for the table an entry points to (a host node id).
+pub struct SplitPwc {
+    levels: Vec<u8>,
+    caches: Vec<WalkCache>,
+    latency: u32,
+}
+
+impl SplitPwc {
+    /// The PWCs of `pwc` whose level satisfies `keep` (levels whose entries point to tables).
+    pub fn new(pwc: &[PwcLevel], keep: impl Fn(u8) -> bool) -> SplitPwc {
+        let mut kept: Vec<&PwcLevel> = pwc.iter().filter(|p| keep(p.level)).collect();
+        kept.sort_by_key(|p| p.level);
+        SplitPwc {
+            levels: kept.iter().map(|p| p.level).collect(),
+            caches: kept.iter().map(|p| WalkCache::new(&p.cache)).collect(),
+            latency: kept.iter().map(|p| p.cache.latency).max().unwrap_or(0),
+        }
+    }
+
+    /// Levels that have a PWC, deepest first.
+    pub fn levels(&self) -> &[u8] {
+        &self.levels
+    }
+
+    /// Probes every PWC in parallel for `va`: adds the lookup latency and the hit/miss counts to
+    /// `plan` and returns the level and payload of the deepest hit.
+    #[inline]
+    pub fn probe(&mut self, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<(u8, u64)> {
+        if self.caches.is_empty() {
+            return None;
+        }
+        plan.fixed_cycles += self.latency;
+        for (k, c) in self.caches.iter_mut().enumerate() {
+            let l = self.levels[k];
+            if let Some(v) = c.lookup(asid, va >> entry_shift(l)) {
+                plan.wc_hits += 1;
+                return Some((l, v));
+            }
+            plan.wc_misses += 1;
+        }
+        None
+    }
+
+    /// Caches `payload` for the level-`level` entry selected by `va`, if that level has a PWC.
+    #[inline]
+    pub fn fill(&mut self, asid: u16, level: u8, va: u64, payload: u64) {
+        if let Some(k) = self.levels.iter().position(|&l| l == level) {
+            self.caches[k].insert(asid, va >> entry_shift(level), payload);
+        }
+    }
+
+    /// Drops entries of `asid` whose region may overlap `[start, end)`.
+    pub fn invalidate(&mut self, asid: u16, start: u64, end: u64) {
+        for (k, c) in self.caches.iter_mut().enumerate() {
+            let sh = entry_shift(self.levels[k]);
+            c.invalidate(asid, start >> sh, (end.saturating_sub(1)) >> sh);
+        }
+    }
+}
