@@ -67,13 +67,14 @@ impl RadixConfig {
     }
 }
 
-const PRESENT: u64 = 1;
+/// x86-64 entry bits (shared with drivers that reuse the x86 PTE format, as EMT's ECPT driver does).
+pub(crate) const PRESENT: u64 = 1;
 const WRITE: u64 = 1 << 1;
 const ACCESSED: u64 = 1 << 5;
 const DIRTY: u64 = 1 << 6;
 const HUGE: u64 = 1 << 7;
 const NX: u64 = 1 << 63;
-const ADDR_MASK: u64 = 0x000f_ffff_ffff_f000;
+pub(crate) const ADDR_MASK: u64 = 0x000f_ffff_ffff_f000;
 const NO_CHILD: u32 = u32::MAX;
 
 /// Level whose entries map pages of `size` (1 = PTE, 2 = PDE, 3 = PDPTE).
@@ -105,7 +106,8 @@ fn index(va: u64, level: u8) -> usize {
     ((va >> entry_shift(level)) & 511) as usize
 }
 
-fn encode(o: &TObj) -> u64 {
+/// Encodes a translation object as an x86-64 leaf entry.
+pub(crate) fn encode(o: &TObj) -> u64 {
     let mut e = PRESENT | (o.pa & ADDR_MASK);
     if o.prot & prot::WRITE != 0 {
         e |= WRITE;
@@ -125,7 +127,8 @@ fn encode(o: &TObj) -> u64 {
     e
 }
 
-fn decode(e: u64, va: u64, size: PageSize) -> TObj {
+/// Decodes an x86-64 leaf entry mapping `va` with a page of `size`.
+pub(crate) fn decode(e: u64, va: u64, size: PageSize) -> TObj {
     let mut p = prot::READ;
     if e & WRITE != 0 {
         p |= prot::WRITE;
