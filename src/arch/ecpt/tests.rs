@@ -20,8 +20,7 @@ fn work(c: &OsCost) -> u64 {
 }
 
 /// The header every section should have, recomputed from a list of mappings and table locations.
-fn expected_headers(r: &Ecpt, s: &EcptSpace, maps: &Map2<u64, PageSize>) -> (Map2<u64, u8>, Map2<u64, u8>) {
-    let _ = r;
+fn expected_headers(s: &EcptSpace, maps: &Map2<u64, PageSize>) -> (Map2<u64, u8>, Map2<u64, u8>) {
     let mut pmd: Map2<u64, u8> = Map2::new();
     let mut pud: Map2<u64, u8> = Map2::new();
     for (&va, &size) in maps {
@@ -41,8 +40,8 @@ fn expected_headers(r: &Ecpt, s: &EcptSpace, maps: &Map2<u64, PageSize>) -> (Map
     (pmd, pud)
 }
 
-fn check_headers(r: &Ecpt, s: &EcptSpace, maps: &Map2<u64, PageSize>) {
-    let (pmd, pud) = expected_headers(r, s, maps);
+fn check_headers(s: &EcptSpace, maps: &Map2<u64, PageSize>) {
+    let (pmd, pud) = expected_headers(s, maps);
     for (lvl, want) in [(Lvl::Pmd, &pmd), (Lvl::Pud, &pud)] {
         for (&k, &h) in want {
             assert_eq!(s.stored_header(lvl, k), h, "{lvl:?} header of section {k:#x}");
@@ -216,7 +215,7 @@ fn walk_table_headers_agree_with_the_tables_after_every_change() {
             maps.insert(va, size);
         }
         r.take_stale_walk_caches(&mut stale);
-        check_headers(&r, &s, &maps);
+        check_headers(&s, &maps);
         if step % 500 == 0 {
             for (&va, &size) in &maps {
                 assert_eq!(r.find(&mut s, va, &mut env).map(|o| (o.va, o.size)), Some((va, size)));
@@ -245,12 +244,11 @@ fn optimized_iterators_equal_the_generic_ones_and_cost_less() {
         pa = size.align_down(pa) + size.bytes();
         r.update(s, &TObj::new(va, pa, size, prot::RW), env).unwrap();
     };
-    for p in 0..3000u64 {
+    for _ in 0..3000 {
         let va = (rng.below(40) << 21) + (rng.below(512) << 12);
         if r.find(&mut s, va, &mut env).is_none() {
             map(&mut r, &mut s, &mut env, va, PageSize::K4);
         }
-        let _ = p;
     }
     for k in (0..512u64).filter(|k| k % 3 != 0) {
         map(&mut r, &mut s, &mut env, (1 << 30) + (k << 21), PageSize::M2);
