@@ -8,6 +8,7 @@
 //! section to [`ArchConfig`] and its entries to [`DESIGNS`]. Nothing in `os/`, `mmu/`, `mem/` or
 //! `sim/` changes; if it has to, the interface is missing something every driver should have.
 
+pub mod ecpt;
 pub mod fpt;
 pub mod radix;
 pub mod x86pte;
@@ -68,6 +69,15 @@ pub trait Driver: Tdb + Sized + 'static {
         }
     }
 
+    /// Walk-cache contents made stale by the translation-database calls since the last call, as
+    /// `[start, end)` VA ranges of the space those calls changed (customizable; default none).
+    /// Removals need not be reported (the OS shoots the removed range down anyway); changes made
+    /// while *adding* a translation must be, e.g. ECPT moving a 2 MiB cluster to another way,
+    /// which changes a walk-table header that cuckoo walk caches may hold. The OS invalidates
+    /// each range in every core's walk caches (not the TLBs: translations did not change) and
+    /// counts it as a shootdown.
+    fn take_stale_walk_caches(&mut self, _out: &mut Vec<(u64, u64)>) {}
+
     /// Driver-specific metrics for the report (JSON object; empty by default).
     fn metrics(&self) -> serde_json::Map<String, serde_json::Value> {
         serde_json::Map::new()
@@ -82,13 +92,16 @@ pub struct ArchConfig {
     pub radix: radix::RadixConfig,
     /// Flattened page table (FPT).
     pub fpt: fpt::FptConfig,
+    /// Elastic cuckoo page tables.
+    pub ecpt: ecpt::EcptConfig,
 }
 
 impl ArchConfig {
     /// Validates every section.
     pub fn validate(&self) -> Result<()> {
         self.radix.validate("arch.radix")?;
-        self.fpt.validate("arch.fpt")
+        self.fpt.validate("arch.fpt")?;
+        self.ecpt.validate("arch.ecpt")
     }
 }
 
@@ -99,6 +112,8 @@ pub enum DriverKind {
     Radix,
     /// [`fpt::Fpt`].
     Fpt,
+    /// [`ecpt::Ecpt`].
+    Ecpt,
 }
 
 /// A named design: a driver plus the configuration that makes it that design.
@@ -195,6 +210,37 @@ pub static DESIGNS: &[DesignEntry] = &[
             c.arch.radix.levels = 4;
             c.os.thp = crate::os::ThpMode::Never;
             c.mmu.perfect_tlb = true;
+        },
+    },
+    DesignEntry {
+        name: "ecpt",
+        description: "elastic cuckoo page tables with CWTs/CWCs, EMT's kernel parameters (arch.ecpt), 4 KiB pages",
+        driver: DriverKind::Ecpt,
+        apply: |c| c.os.thp = crate::os::ThpMode::Never,
+    },
+    DesignEntry {
+        name: "ecpt-thp",
+        description: "ecpt with transparent huge pages always (2 MiB table)",
+        driver: DriverKind::Ecpt,
+        apply: |c| c.os.thp = crate::os::ThpMode::Always,
+    },
+    DesignEntry {
+        name: "ech",
+        description:
+            "Utopia's ECH: 4 ways x 8192, scale 10, 2x16-entry CWCs of 2 cycles; 4 KiB pages (Utopia ran it with THP: --set os.thp=always)",
+        driver: DriverKind::Ecpt,
+        apply: |c| {
+            c.arch.ecpt = ecpt::EcptConfig::ech_utopia();
+            c.os.thp = crate::os::ThpMode::Never;
+        },
+    },
+    DesignEntry {
+        name: "ecph-virtuoso",
+        description: "Virtuoso's ECH preset: 2 ways x 262144, rehash at 0.7 x2, 64-entry CWC; 4 KiB pages",
+        driver: DriverKind::Ecpt,
+        apply: |c| {
+            c.arch.ecpt = ecpt::EcptConfig::virtuoso();
+            c.os.thp = crate::os::ThpMode::Never;
         },
     },
 ];

@@ -199,6 +199,8 @@ pub struct OsStats {
     pub unmaps: u64,
     /// Shootdowns sent.
     pub shootdowns: u64,
+    /// Walk-cache-only shootdowns for ranges the driver reported stale (included in `shootdowns`).
+    pub walk_cache_shootdowns: u64,
 }
 
 impl OsStats {
@@ -231,6 +233,9 @@ pub struct Shootdown {
     pub start: u64,
     /// One past the last byte.
     pub end: u64,
+    /// Invalidate TLB entries too (false: only walk caches, for a range the driver reported
+    /// through [`Driver::take_stale_walk_caches`]).
+    pub tlb: bool,
 }
 
 /// Base of the mmap area: 64 GiB, clear of any made-up low addresses.
@@ -254,6 +259,7 @@ pub struct Os<D: Driver> {
     giga_pool: Vec<Pfn>,
     next_khugepaged: f64,
     khuge_cursor: (usize, u64),
+    stale_wc: Vec<(u64, u64)>,
 }
 
 impl<D: Driver> Os<D> {
@@ -289,6 +295,7 @@ impl<D: Driver> Os<D> {
             giga_pool,
             next_khugepaged: cfg.khugepaged.sleep_ms,
             khuge_cursor: (0, 0),
+            stale_wc: Vec::new(),
         })
     }
 
@@ -316,6 +323,13 @@ impl<D: Driver> Os<D> {
         let prev = self.cost.enter(func);
         let p = &mut self.procs[asid as usize];
         let r = f(&mut self.driver, &mut p.space, &mut TdbEnv { phys: &mut self.phys, cost: &mut self.cost });
+        self.driver.take_stale_walk_caches(&mut self.stale_wc);
+        for (start, end) in std::mem::take(&mut self.stale_wc) {
+            self.cost.add_to(Func::Shootdown, Event::Call, 1);
+            self.stats.shootdowns += 1;
+            self.stats.walk_cache_shootdowns += 1;
+            self.pending.push(Shootdown { asid, start, end, tlb: false });
+        }
         self.cost.leave(prev);
         r
     }
@@ -445,7 +459,7 @@ impl<D: Driver> Os<D> {
     fn shootdown(&mut self, asid: u16, start: u64, end: u64) {
         self.cost.add_to(Func::Shootdown, Event::Call, 1);
         self.stats.shootdowns += 1;
-        self.pending.push(Shootdown { asid, start, end });
+        self.pending.push(Shootdown { asid, start, end, tlb: true });
     }
 
     /// Faults in every page of `[addr, addr+len)` in address order.

@@ -145,13 +145,16 @@ pub fn run(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], progress: boo
     match design.driver {
         DriverKind::Radix => run_with::<arch::radix::Radix>(design, cfg, traces, progress),
         DriverKind::Fpt => run_with::<arch::fpt::Fpt>(design, cfg, traces, progress),
+        DriverKind::Ecpt => run_with::<arch::ecpt::Ecpt>(design, cfg, traces, progress),
     }
 }
 
 fn apply_shootdowns<D: Driver>(os: &mut Os<D>, cores: &mut [Core<D::WalkCache>]) {
     for sd in os.pending.drain(..) {
         for c in cores.iter_mut() {
-            c.tlbs.invalidate(sd.asid, sd.start, sd.end);
+            if sd.tlb {
+                c.tlbs.invalidate(sd.asid, sd.start, sd.end);
+            }
             os.driver.invalidate_walk_cache(&mut c.wc, sd.asid, sd.start, sd.end);
         }
     }
@@ -542,7 +545,9 @@ fn fault<D: Driver, T: TimingModel>(eng: &mut Engine<D, T>, core: &mut Core<D::W
     // Shootdowns a fault caused (a policy that evicts on fault) must reach this core before it
     // uses its TLBs again; other cores get them when the chunk ends.
     for sd in &eng.os.pending {
-        core.tlbs.invalidate(sd.asid, sd.start, sd.end);
+        if sd.tlb {
+            core.tlbs.invalidate(sd.asid, sd.start, sd.end);
+        }
         eng.os.driver.invalidate_walk_cache(&mut core.wc, sd.asid, sd.start, sd.end);
     }
     Ok(t)
