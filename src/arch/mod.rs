@@ -8,13 +8,15 @@
 //! section to [`ArchConfig`] and its entries to [`DESIGNS`]. Nothing in `os/`, `mmu/`, `mem/` or
 //! `sim/` changes; if it has to, the interface is missing something every driver should have.
 
+pub mod pomtlb;
 pub mod radix;
+pub mod rmm;
 
 use crate::addr::PageSize;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::mmu::walk::{Translation, WalkPlan};
-use crate::os::tapi::Tdb;
+use crate::os::tapi::{Tdb, TdbEnv};
 
 /// A translation architecture.
 pub trait Driver: Tdb + Sized + 'static {
@@ -53,6 +55,14 @@ pub trait Driver: Tdb + Sized + 'static {
     /// Drops walk-cache entries of `asid` that may cover `[start, end)` (TLB shootdown).
     fn invalidate_walk_cache(&self, wc: &mut Self::WalkCache, asid: u16, start: u64, end: u64);
 
+    /// The OS shoots down `[start, end)` of `asid` after changing or removing translations there
+    /// (unmap, promotion, migration, swap-out). Per-core structures are dropped through
+    /// [`Driver::invalidate_walk_cache`] when the MMUs apply the shootdown; this hook is for
+    /// translation caches the driver keeps *in memory*, outside any MMU (POM-TLB's in-memory TLB),
+    /// which the OS's shootdown code invalidates like any other TLB. Work is reported through
+    /// `env` and charged to the shootdown. Default: nothing.
+    fn shootdown(&mut self, _space: &mut Self::Space, _asid: u16, _start: u64, _end: u64, _env: &mut TdbEnv) {}
+
     /// Page sizes the OS may map with this driver, smallest first.
     fn leaf_sizes(&self) -> &[PageSize];
 
@@ -78,12 +88,18 @@ pub trait Driver: Tdb + Sized + 'static {
 pub struct ArchConfig {
     /// x86-64 radix page table.
     pub radix: radix::RadixConfig,
+    /// POM-TLB's in-memory L3 TLB (its page table is `radix`).
+    pub pomtlb: pomtlb::PomTlbConfig,
+    /// RMM's range TLB (its redundant page table is `radix`).
+    pub rmm: rmm::RmmConfig,
 }
 
 impl ArchConfig {
     /// Validates every section.
     pub fn validate(&self) -> Result<()> {
-        self.radix.validate("arch.radix")
+        self.radix.validate("arch.radix")?;
+        self.pomtlb.validate("arch.pomtlb")?;
+        self.rmm.validate("arch.rmm")
     }
 }
 
@@ -92,6 +108,10 @@ impl ArchConfig {
 pub enum DriverKind {
     /// [`radix::Radix`].
     Radix,
+    /// [`pomtlb::PomTlb`].
+    PomTlb,
+    /// [`rmm::Rmm`].
+    Rmm,
 }
 
 /// A named design: a driver plus the configuration that makes it that design.
@@ -143,6 +163,35 @@ pub static DESIGNS: &[DesignEntry] = &[
             c.arch.radix.levels = 4;
             c.os.thp = crate::os::ThpMode::Never;
             c.mmu.perfect_tlb = true;
+        },
+    },
+    DesignEntry {
+        name: "ptlb",
+        description: "Utopia's P-TLB: every translation hits the L1 TLB; pages as in Utopia's runs (radix4, THP always)",
+        driver: DriverKind::Radix,
+        apply: |c| {
+            c.arch.radix.levels = 4;
+            c.os.thp = crate::os::ThpMode::Always;
+            c.mmu.perfect_tlb = true;
+        },
+    },
+    DesignEntry {
+        name: "pomtlb",
+        description: "POM-TLB: 64K-entry 16-way SRRIP in-memory L3 TLB per page size, probed before the radix4 walk (4 KiB pages)",
+        driver: DriverKind::PomTlb,
+        apply: |c| {
+            c.arch.radix.levels = 4;
+            c.os.thp = crate::os::ThpMode::Never;
+        },
+    },
+    DesignEntry {
+        name: "rmm",
+        description: "RMM: eager paging into ranges, 32-entry range TLB beside the L2 TLB, redundant radix4 (4 KiB pages)",
+        driver: DriverKind::Rmm,
+        apply: |c| {
+            c.arch.radix.levels = 4;
+            c.os.thp = crate::os::ThpMode::Never;
+            c.os.eager_paging = true;
         },
     },
 ];

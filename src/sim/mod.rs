@@ -144,6 +144,8 @@ pub struct RunOutput {
 pub fn run(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], progress: bool) -> Result<RunOutput> {
     match design.driver {
         DriverKind::Radix => run_with::<arch::radix::Radix>(design, cfg, traces, progress),
+        DriverKind::PomTlb => run_with::<arch::pomtlb::PomTlb>(design, cfg, traces, progress),
+        DriverKind::Rmm => run_with::<arch::rmm::Rmm>(design, cfg, traces, progress),
     }
 }
 
