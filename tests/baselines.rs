@@ -15,8 +15,7 @@ fn drv(r: &RunOutput, key: &str) -> f64 {
     r.driver.get(key).and_then(|v| v.as_f64()).unwrap_or_else(|| panic!("{}: no driver metric {key} in {:?}", r.design, r.driver))
 }
 
-const GUPS_512M: &[&str] =
-    &["workload.name=\"gups\"", "workload.params.table=512M", "workload.params.updates=80000", "sim.checked=true"];
+const GUPS_512M: &[&str] = &["workload.name=\"gups\"", "workload.params.table=512M", "workload.params.updates=80000", "sim.checked=true"];
 const FRAG: &[&str] = &["os.fragmentation.method=\"free2m\"", "os.fragmentation.target=0.9"];
 
 fn with(base: &[&str], more: &[&str]) -> Vec<String> {
