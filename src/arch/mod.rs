@@ -10,14 +10,16 @@
 
 pub mod ecpt;
 pub mod fpt;
+pub mod pomtlb;
 pub mod radix;
+pub mod rmm;
 pub mod x86pte;
 
 use crate::addr::PageSize;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::mmu::walk::{Translation, WalkPlan};
-use crate::os::tapi::Tdb;
+use crate::os::tapi::{Tdb, TdbEnv};
 
 /// A translation architecture.
 pub trait Driver: Tdb + Sized + 'static {
@@ -55,6 +57,14 @@ pub trait Driver: Tdb + Sized + 'static {
 
     /// Drops walk-cache entries of `asid` that may cover `[start, end)` (TLB shootdown).
     fn invalidate_walk_cache(&self, wc: &mut Self::WalkCache, asid: u16, start: u64, end: u64);
+
+    /// The OS shoots down `[start, end)` of `asid` after changing or removing translations there
+    /// (unmap, promotion, migration, swap-out). Per-core structures are dropped through
+    /// [`Driver::invalidate_walk_cache`] when the MMUs apply the shootdown; this hook is for
+    /// translation caches the driver keeps *in memory*, outside any MMU (POM-TLB's in-memory TLB),
+    /// which the OS's shootdown code invalidates like any other TLB. Work is reported through
+    /// `env` and charged to the shootdown. Default: nothing.
+    fn shootdown(&mut self, _space: &mut Self::Space, _asid: u16, _start: u64, _end: u64, _env: &mut TdbEnv) {}
 
     /// Page sizes the OS may map with this driver, smallest first.
     fn leaf_sizes(&self) -> &[PageSize];
@@ -94,6 +104,10 @@ pub struct ArchConfig {
     pub fpt: fpt::FptConfig,
     /// Elastic cuckoo page tables.
     pub ecpt: ecpt::EcptConfig,
+    /// POM-TLB's in-memory L3 TLB (its page table is `radix`).
+    pub pomtlb: pomtlb::PomTlbConfig,
+    /// RMM's range TLB (its redundant page table is `radix`).
+    pub rmm: rmm::RmmConfig,
 }
 
 impl ArchConfig {
@@ -101,7 +115,9 @@ impl ArchConfig {
     pub fn validate(&self) -> Result<()> {
         self.radix.validate("arch.radix")?;
         self.fpt.validate("arch.fpt")?;
-        self.ecpt.validate("arch.ecpt")
+        self.ecpt.validate("arch.ecpt")?;
+        self.pomtlb.validate("arch.pomtlb")?;
+        self.rmm.validate("arch.rmm")
     }
 }
 
@@ -114,6 +130,10 @@ pub enum DriverKind {
     Fpt,
     /// [`ecpt::Ecpt`].
     Ecpt,
+    /// [`pomtlb::PomTlb`].
+    PomTlb,
+    /// [`rmm::Rmm`].
+    Rmm,
 }
 
 /// A named design: a driver plus the configuration that makes it that design.
@@ -241,6 +261,35 @@ pub static DESIGNS: &[DesignEntry] = &[
         apply: |c| {
             c.arch.ecpt = ecpt::EcptConfig::virtuoso();
             c.os.thp = crate::os::ThpMode::Never;
+        },
+    },
+    DesignEntry {
+        name: "ptlb",
+        description: "Utopia's P-TLB: every translation hits the L1 TLB; pages as in Utopia's runs (radix4, THP always)",
+        driver: DriverKind::Radix,
+        apply: |c| {
+            c.arch.radix.levels = 4;
+            c.os.thp = crate::os::ThpMode::Always;
+            c.mmu.perfect_tlb = true;
+        },
+    },
+    DesignEntry {
+        name: "pomtlb",
+        description: "POM-TLB: 64K-entry 16-way SRRIP in-memory L3 TLB per page size, probed before the radix4 walk (4 KiB pages)",
+        driver: DriverKind::PomTlb,
+        apply: |c| {
+            c.arch.radix.levels = 4;
+            c.os.thp = crate::os::ThpMode::Never;
+        },
+    },
+    DesignEntry {
+        name: "rmm",
+        description: "RMM: eager paging into ranges, 32-entry range TLB beside the L2 TLB, redundant radix4 (4 KiB pages)",
+        driver: DriverKind::Rmm,
+        apply: |c| {
+            c.arch.radix.levels = 4;
+            c.os.thp = crate::os::ThpMode::Never;
+            c.os.eager_paging = true;
         },
     },
 ];

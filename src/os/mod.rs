@@ -5,6 +5,7 @@
 //! translation structures goes through the translation API ([`tapi::Tdb`]), charged to the OS path
 //! (fault, promote, unmap) and API function it ran under, so each design's OS cost is measured.
 
+pub mod eager;
 pub mod phys;
 pub mod tapi;
 pub mod truth;
@@ -104,6 +105,17 @@ pub struct OsConfig {
     pub costs: OsCostModel,
     /// Fixed cycles per page fault for the trap, entry and return (on top of counted work).
     pub fault_trap_cycles: f64,
+    /// Eager paging (RMM, Karakostas et al. ISCA'15): `mmap` allocates an anonymous VMA at once as
+    /// few physically contiguous runs as free memory allows and maps it (see [`eager`]).
+    pub eager_paging: bool,
+    /// Bytes of 2 MiB pages set aside at boot and handed out first to THP faults and collapses
+    /// (Utopia §7 fairness: Radix, ECH and POM-TLB get 1 GiB more 2 MiB pages). 0 = none.
+    #[serde(with = "bytes_serde")]
+    pub thp_pool: u64,
+    /// Bytes of one contiguous block reserved at boot for eager paging, released to it at the
+    /// first eager mapping (Utopia §7 fairness: RMM gets a 1 GiB contiguous block). 0 = none.
+    #[serde(with = "bytes_serde")]
+    pub eager_pool: u64,
 }
 
 impl Default for OsConfig {
@@ -117,6 +129,9 @@ impl Default for OsConfig {
             fragmentation: FragConfig::default(),
             costs: OsCostModel::default(),
             fault_trap_cycles: 1000.0,
+            eager_paging: false,
+            thp_pool: 0,
+            eager_pool: 0,
         }
     }
 }
@@ -143,7 +158,7 @@ impl OsConfig {
         if self.khugepaged.max_ptes_none > 511 {
             return Err(Error::config("os.khugepaged.max_ptes_none", "must be at most 511"));
         }
-        Ok(())
+        eager::validate(self)
     }
 }
 
@@ -201,6 +216,10 @@ pub struct OsStats {
     pub shootdowns: u64,
     /// Walk-cache-only shootdowns for ranges the driver reported stale (included in `shootdowns`).
     pub walk_cache_shootdowns: u64,
+    /// Physically contiguous runs eager paging mapped (one `map_range` each).
+    pub eager_runs: u64,
+    /// Bytes eager paging mapped.
+    pub eager_bytes: u64,
 }
 
 impl OsStats {
@@ -257,6 +276,7 @@ pub struct Os<D: Driver> {
     pub pending: Vec<Shootdown>,
     cfg: OsConfig,
     giga_pool: Vec<Pfn>,
+    pools: eager::Pools,
     next_khugepaged: f64,
     khuge_cursor: (usize, u64),
     stale_wc: Vec<(u64, u64)>,
@@ -275,6 +295,7 @@ impl<D: Driver> Os<D> {
         }
         // Largest first so `pop` hands out the lowest address first.
         giga_pool.reverse();
+        let pools = eager::Pools::carve(&mut phys, cfg)?;
         match cfg.fragmentation.method {
             FragMethod::None => {}
             FragMethod::Fmfi => {
@@ -293,6 +314,7 @@ impl<D: Driver> Os<D> {
             pending: Vec::new(),
             cfg: cfg.clone(),
             giga_pool,
+            pools,
             next_khugepaged: cfg.khugepaged.sleep_ms,
             khuge_cursor: (0, 0),
             stale_wc: Vec::new(),
@@ -352,7 +374,11 @@ impl<D: Driver> Os<D> {
         let end = start + len;
         // Leave a 2 MiB hole after each VMA so neighbours never share a 2 MiB region.
         p.next_mmap = (end + (4 << 20)) & !((2 << 20) - 1);
-        p.vmas.insert(start, Vma { start, end, flags, prot: prot::RW });
+        let vma = Vma { start, end, flags, prot: prot::RW };
+        p.vmas.insert(start, vma);
+        if self.cfg.eager_paging && !p.implicit {
+            self.eager_map(asid, vma)?;
+        }
         Ok(start)
     }
 
@@ -413,7 +439,7 @@ impl<D: Driver> Os<D> {
                     self.stats.thp_fallback_driver += 1;
                 } else if !self.api(asid, Func::RangeCheck, |d, s, env| d.range_is_empty(s, base, base + PageSize::M2.bytes(), env)) {
                     self.stats.thp_fallback_range += 1;
-                } else if let Some(pfn) = self.alloc_data(9) {
+                } else if let Some(pfn) = self.alloc_huge() {
                     self.install(asid, base, pfn.addr(), PageSize::M2, vma.prot)?;
                     self.stats.faults_thp += 1;
                     return Ok(Translation { pbase: pfn.addr(), size: PageSize::M2 });
@@ -441,6 +467,18 @@ impl<D: Driver> Os<D> {
         Some(pfn)
     }
 
+    /// Allocates and zeroes a 2 MiB data page, from the THP pool first (`os.thp_pool`).
+    fn alloc_huge(&mut self) -> Option<Pfn> {
+        match self.pools.take_2m() {
+            Some(pfn) => {
+                self.cost.add_to(Func::Alloc, Event::Page, 1);
+                self.cost.add_to(Func::Zero, Event::Page, 512);
+                Some(pfn)
+            }
+            None => self.alloc_data(9),
+        }
+    }
+
     fn install(&mut self, asid: u16, va: u64, pa: u64, size: PageSize, prot: u8) -> Result<()> {
         let o = TObj::new(va, pa, size, prot);
         self.api(asid, Func::Insert, |d, s, env| d.update(s, &o, env))?;
@@ -457,7 +495,8 @@ impl<D: Driver> Os<D> {
     }
 
     fn shootdown(&mut self, asid: u16, start: u64, end: u64) {
-        self.cost.add_to(Func::Shootdown, Event::Call, 1);
+        // One shootdown call; in-memory translation caches of the driver are invalidated under it.
+        self.api(asid, Func::Shootdown, |d, s, env| d.shootdown(s, asid, start, end, env));
         self.stats.shootdowns += 1;
         self.pending.push(Shootdown { asid, start, end, tlb: true });
     }
@@ -591,7 +630,7 @@ impl<D: Driver> Os<D> {
         if huge || small.is_empty() || 512 - small.len() as u32 > self.cfg.khugepaged.max_ptes_none {
             return Ok(false);
         }
-        let Some(pfn) = self.phys.alloc(9) else {
+        let Some(pfn) = self.pools.take_2m().or_else(|| self.phys.alloc(9)) else {
             self.stats.promotion_failures += 1;
             return Ok(false);
         };

@@ -715,6 +715,25 @@ impl PhysMem {
         format!("{what}: the block was never allocated")
     }
 
+    /// The maximal runs of physically adjacent free frames, in address order, as (first pfn,
+    /// frames): what an allocator handing out contiguous ranges larger than one buddy block (RMM's
+    /// eager paging) chooses from. Each run is a sequence of adjacent free buddy blocks; any
+    /// naturally aligned block inside a run can be taken with [`PhysMem::alloc_at`].
+    pub fn free_runs(&self) -> Vec<(Pfn, u64)> {
+        let mut runs = Vec::new();
+        let mut pos = 0;
+        while let Some((start, k)) = self.next_free_block(pos) {
+            let mut end = start + (1 << k);
+            // A free block containing `end` cannot also contain `end - 1`, so it starts there.
+            while let Some((_, k2)) = self.free_block_at(end) {
+                end += 1 << k2;
+            }
+            runs.push((Pfn(start), end - start));
+            pos = end;
+        }
+        runs
+    }
+
     /// Whether frame `pfn` is free (false for frames outside memory).
     pub fn is_free(&self, pfn: Pfn) -> bool {
         self.free_block_at(pfn.0).is_some()

@@ -340,8 +340,31 @@ pub trait Tdb {
         generic_range_is_empty(self, s, start, end, env)
     }
 
+    /// Maps `len` bytes of physically contiguous memory starting with the page `first`: pages of
+    /// `first.size` at `first.va + i`, `first.pa + i` for every multiple `i` of the page size below
+    /// `len` (customizable; the OS's eager paging calls it once per contiguous run it allocated).
+    /// The default inserts each page with `update`; a driver with range translations (RMM)
+    /// overrides it to also record the range.
+    fn map_range(&mut self, s: &mut Self::Space, first: &TObj, len: u64, env: &mut TdbEnv) -> Result<()> {
+        generic_map_range(self, s, first, len, env)
+    }
+
     /// Bytes of simulated memory holding this space's translation structures.
     fn table_bytes(&self, s: &Self::Space) -> u64;
+}
+
+/// The generic range mapping, built on `update` only: one insertion per page.
+pub fn generic_map_range<T: Tdb + ?Sized>(t: &mut T, s: &mut T::Space, first: &TObj, len: u64, env: &mut TdbEnv) -> Result<()> {
+    let step = first.size.bytes();
+    if !len.is_multiple_of(step) {
+        return Err(Error::Check(format!("map_range of {len:#x} bytes is not a whole number of {} pages", first.size)));
+    }
+    let mut off = 0;
+    while off < len {
+        t.update(s, &TObj { va: first.va + off, pa: first.pa + off, ..*first }, env)?;
+        off += step;
+    }
+    Ok(())
 }
 
 /// The generic range iterator, built on `find` only. Drivers' optimized iterators are tested

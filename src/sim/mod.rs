@@ -146,6 +146,8 @@ pub fn run(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], progress: boo
         DriverKind::Radix => run_with::<arch::radix::Radix>(design, cfg, traces, progress),
         DriverKind::Fpt => run_with::<arch::fpt::Fpt>(design, cfg, traces, progress),
         DriverKind::Ecpt => run_with::<arch::ecpt::Ecpt>(design, cfg, traces, progress),
+        DriverKind::PomTlb => run_with::<arch::pomtlb::PomTlb>(design, cfg, traces, progress),
+        DriverKind::Rmm => run_with::<arch::rmm::Rmm>(design, cfg, traces, progress),
     }
 }
 
