@@ -394,10 +394,15 @@ impl Layers {
         let mut v = to_value(&cfg);
         if let Some((name, fv)) = &self.file {
             merge(&mut v, fv, "", name)?;
+            from_value(v.clone(), name)?;
         }
         for s in &self.sets {
             let over = set_to_value(s, &v)?;
             merge(&mut v, &over, "", "--set")?;
+            // Deserialize after each override so a bad value (an unknown enum variant, a negative
+            // size) is reported against the key that set it.
+            let key = s.split_once('=').map_or(s.as_str(), |(k, _)| k.trim());
+            from_value(v.clone(), key)?;
         }
         let cfg = from_value(v, "config")?;
         cfg.validate()?;
@@ -454,6 +459,8 @@ mod tests {
         assert!(e.contains("mmu.l2.entries") && e.contains("not a power of two"), "{e}");
         let e = layers(&["mmu.l2.ways=0"]).resolve(None).unwrap_err().to_string();
         assert!(e.contains("mmu.l2.ways") && e.contains("at least 1"), "{e}");
+        let e = layers(&["os.thp=sometimes"]).resolve(None).unwrap_err().to_string();
+        assert!(e.contains("`os.thp`") && e.contains("sometimes"), "{e}");
         let e = layers(&["cores=abc"]).resolve(None).unwrap_err().to_string();
         assert!(e.contains("cores") && e.contains("expected an integer"), "{e}");
     }
