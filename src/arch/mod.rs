@@ -9,6 +9,7 @@
 //! `sim/` changes; if it has to, the interface is missing something every driver should have.
 
 pub mod radix;
+pub mod utopia;
 
 use crate::addr::PageSize;
 use crate::config::Config;
@@ -50,6 +51,15 @@ pub trait Driver: Tdb + Sized + 'static {
         None
     }
 
+    /// Whether the design wants [`Driver::walk_observed`] after every timed walk (PTW-tracking
+    /// policies). A constant, so designs without one pay nothing on the access path.
+    const OBSERVES_WALKS: bool = false;
+
+    /// Called after a walk's plan was timed: the translation it found (`None` = page fault) and how
+    /// many of its references DRAM served — what hardware counters in the PTE would see (Utopia's
+    /// PTW frequency and cost counters). Default: nothing.
+    fn walk_observed(&mut self, _space: &mut Self::Space, _asid: u16, _va: u64, _t: Option<Translation>, _dram_refs: u32) {}
+
     /// Drops walk-cache entries of `asid` that may cover `[start, end)` (TLB shootdown).
     fn invalidate_walk_cache(&self, wc: &mut Self::WalkCache, asid: u16, start: u64, end: u64);
 
@@ -78,12 +88,15 @@ pub trait Driver: Tdb + Sized + 'static {
 pub struct ArchConfig {
     /// x86-64 radix page table.
     pub radix: radix::RadixConfig,
+    /// Utopia: RestSegs beside a radix FlexSeg (`arch.radix` configures the FlexSeg).
+    pub utopia: utopia::UtopiaConfig,
 }
 
 impl ArchConfig {
     /// Validates every section.
     pub fn validate(&self) -> Result<()> {
-        self.radix.validate("arch.radix")
+        self.radix.validate("arch.radix")?;
+        self.utopia.validate("arch.utopia")
     }
 }
 
@@ -92,6 +105,8 @@ impl ArchConfig {
 pub enum DriverKind {
     /// [`radix::Radix`].
     Radix,
+    /// [`utopia::Utopia`].
+    Utopia,
 }
 
 /// A named design: a driver plus the configuration that makes it that design.
@@ -143,6 +158,63 @@ pub static DESIGNS: &[DesignEntry] = &[
             c.arch.radix.levels = 4;
             c.os.thp = crate::os::ThpMode::Never;
             c.mmu.perfect_tlb = true;
+        },
+    },
+    DesignEntry {
+        name: "utopia",
+        description: "Utopia: 512M 4K + 512M 2M RestSegs (16-way, SRRIP) beside a radix4 FlexSeg, 4 KiB pages (THP off)",
+        driver: DriverKind::Utopia,
+        apply: |c| {
+            c.arch.radix.levels = 4;
+            c.os.thp = crate::os::ThpMode::Never;
+            c.arch.utopia = utopia::UtopiaConfig::default();
+        },
+    },
+    DesignEntry {
+        name: "utopia-thp",
+        description: "Utopia (Table 1) with transparent huge pages always: 2 MiB pages go to the 2M RestSeg",
+        driver: DriverKind::Utopia,
+        apply: |c| {
+            c.arch.radix.levels = 4;
+            c.os.thp = crate::os::ThpMode::Always;
+            c.arch.utopia = utopia::UtopiaConfig::default();
+        },
+    },
+    DesignEntry {
+        name: "utopia-virtuoso",
+        description: "Utopia as Virtuoso v1.0: 8G 4K 16-way + 8G 2M 8-way RestSegs, 32-entry 1-cycle TAR/SF caches, 200-cycle migration",
+        driver: DriverKind::Utopia,
+        apply: |c| {
+            use crate::mmu::wcache::WalkCacheConfig;
+            use utopia::{RestSegConfig, SetHash};
+            c.arch.radix.levels = 4;
+            c.os.thp = crate::os::ThpMode::Never;
+            c.os.migration.copy_cycles = 200.0;
+            c.arch.utopia = utopia::UtopiaConfig {
+                restsegs: vec![
+                    RestSegConfig { size: 8 << 30, page: crate::addr::PageSize::K4, ways: 16, hash: SetHash::Modulo },
+                    RestSegConfig { size: 8 << 30, page: crate::addr::PageSize::M2, ways: 8, hash: SetHash::Modulo },
+                ],
+                tar_cache: WalkCacheConfig::new(32, 4, 1),
+                sf_cache: WalkCacheConfig::new(32, 4, 1),
+                ..utopia::UtopiaConfig::default()
+            };
+        },
+    },
+    DesignEntry {
+        name: "utopia-restrictive-only",
+        description: "restrictive mapping across all memory (Utopia §3): one 4K 16-way RestSeg, no FlexSeg, swap on",
+        driver: DriverKind::Utopia,
+        apply: |c| {
+            c.arch.radix.levels = 4;
+            c.os.thp = crate::os::ThpMode::Never;
+            c.os.swap.enabled = true;
+            c.arch.utopia = utopia::UtopiaConfig {
+                restsegs: vec![utopia::RestSegConfig { size: 0, page: crate::addr::PageSize::K4, ways: 16, hash: utopia::SetHash::Modulo }],
+                flexseg: false,
+                migrate: utopia::MigrateConfig { enabled: false, ..utopia::MigrateConfig::default() },
+                ..utopia::UtopiaConfig::default()
+            };
         },
     },
 ];

@@ -15,9 +15,9 @@ use crate::error::{Error, Result};
 use crate::mmu::walk::{Translation, WalkPlan};
 use crate::workload::{HugeAdvice, MapFlags, Vm};
 use phys::PhysMem;
-use std::collections::BTreeMap;
-use tapi::{prot, Event, Func, OsCost, OsCostModel, Path, TObj, TdbEnv};
-use truth::Truth;
+use std::collections::{BTreeMap, VecDeque};
+use tapi::{prot, Evict, EvictTo, Event, Func, OsCost, OsCostModel, Path, Placement, TObj, TdbEnv};
+use truth::{IntMap, Truth};
 
 /// Transparent huge page mode (`/sys/kernel/mm/transparent_hugepage/enabled`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -82,6 +82,42 @@ impl Default for FragConfig {
     }
 }
 
+/// Moving a page between frames when the driver chooses where pages live ([`tapi::Tdb::place`]).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MigrationConfig {
+    /// Cycles to copy 4 KiB by DMA (Utopia Table 1: 2 full DRAM row reads/writes ≈ 1000 cycles).
+    /// Charged to the OS path that moved the page, and the page is locked that long: an access
+    /// that translates it meanwhile stalls until the copy ends.
+    pub copy_cycles: f64,
+}
+
+impl Default for MigrationConfig {
+    fn default() -> Self {
+        MigrationConfig { copy_cycles: 1000.0 }
+    }
+}
+
+/// A swap device: when memory runs out (or a restrictive design has no room for a page), pages
+/// are written out and faulted back in.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SwapConfig {
+    /// Swap at all (off: running out of memory is an error).
+    pub enabled: bool,
+    /// Cycles per 4 KiB swapped in or out (≈ 20 µs NVMe page I/O at 2.6 GHz; an estimate).
+    pub page_cycles: f64,
+    /// Free memory the OS keeps by swapping out (a low watermark; page tables come from it).
+    #[serde(with = "bytes_serde")]
+    pub min_free: u64,
+}
+
+impl Default for SwapConfig {
+    fn default() -> Self {
+        SwapConfig { enabled: false, page_cycles: 52_000.0, min_free: 8 << 20 }
+    }
+}
+
 /// OS configuration.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -104,6 +140,10 @@ pub struct OsConfig {
     pub costs: OsCostModel,
     /// Fixed cycles per page fault for the trap, entry and return (on top of counted work).
     pub fault_trap_cycles: f64,
+    /// Page migration (driver-directed placement).
+    pub migration: MigrationConfig,
+    /// Swap device.
+    pub swap: SwapConfig,
 }
 
 impl Default for OsConfig {
@@ -117,6 +157,8 @@ impl Default for OsConfig {
             fragmentation: FragConfig::default(),
             costs: OsCostModel::default(),
             fault_trap_cycles: 1000.0,
+            migration: MigrationConfig::default(),
+            swap: SwapConfig::default(),
         }
     }
 }
@@ -142,6 +184,12 @@ impl OsConfig {
         }
         if self.khugepaged.max_ptes_none > 511 {
             return Err(Error::config("os.khugepaged.max_ptes_none", "must be at most 511"));
+        }
+        if !(self.migration.copy_cycles >= 0.0) {
+            return Err(Error::config("os.migration.copy_cycles", "must not be negative"));
+        }
+        if !(self.swap.page_cycles >= 0.0) {
+            return Err(Error::config("os.swap.page_cycles", "must not be negative"));
         }
         Ok(())
     }
@@ -199,12 +247,26 @@ pub struct OsStats {
     pub unmaps: u64,
     /// Shootdowns sent.
     pub shootdowns: u64,
+    /// Faults on swapped-out pages (counted here instead of by the size they map).
+    pub faults_swapin: u64,
+    /// 4 KiB units written to swap.
+    pub swap_outs: u64,
+    /// 4 KiB units read back from swap.
+    pub swap_ins: u64,
+    /// Pages moved to the frame the driver placed them in (e.g. FlexSeg → RestSeg).
+    pub migrations: u64,
+    /// Pages moved out of a frame the driver needed (e.g. RestSeg → FlexSeg).
+    pub evictions: u64,
+    /// Cycles accesses waited for a page being copied.
+    pub migration_stall_cycles: u64,
+    /// Accesses that waited for a page being copied.
+    pub migration_stalled_accesses: u64,
 }
 
 impl OsStats {
     /// All faults.
     pub fn faults(&self) -> u64 {
-        self.faults_4k + self.faults_thp + self.faults_1g + self.faults_file
+        self.faults_4k + self.faults_thp + self.faults_1g + self.faults_file + self.faults_swapin
     }
 }
 
@@ -220,6 +282,8 @@ pub struct Process<S> {
     next_mmap: u64,
     /// Any address is valid (trace-driven runs: the trace's addresses were valid in the real run).
     implicit: bool,
+    /// Swapped-out pages: virtual page number (4 KiB units) of the base → size.
+    swapped: IntMap<PageSize>,
 }
 
 /// A TLB shootdown the MMUs must apply.
@@ -250,10 +314,23 @@ pub struct Os<D: Driver> {
     pub stats: OsStats,
     /// Shootdowns not yet applied by the MMUs.
     pub pending: Vec<Shootdown>,
+    /// Physical ranges whose cached lines the memory hierarchy must drop (pages moved away).
+    pub pending_flush: Vec<(u64, u64)>,
+    /// Simulated cycle of the core calling in (set by the simulator; times page-copy locks).
+    pub now: f64,
     cfg: OsConfig,
     giga_pool: Vec<Pfn>,
     next_khugepaged: f64,
     khuge_cursor: (usize, u64),
+    /// Pages being copied: (VPN << 16 | ASID) → cycle the copy ends.
+    busy: IntMap<f64>,
+    /// Resident pages in mapping order (asid, va, size, pa), for the swap victim choice.
+    resident: VecDeque<(u16, u64, PageSize, u64)>,
+}
+
+#[inline(always)]
+fn busy_key(asid: u16, va: u64) -> u64 {
+    ((va >> 12) << 16) | asid as u64
 }
 
 impl<D: Driver> Os<D> {
@@ -269,6 +346,8 @@ impl<D: Driver> Os<D> {
         }
         // Largest first so `pop` hands out the lowest address first.
         giga_pool.reverse();
+        let mut driver = driver;
+        driver.boot(&mut phys)?;
         match cfg.fragmentation.method {
             FragMethod::None => {}
             FragMethod::Fmfi => {
@@ -285,10 +364,14 @@ impl<D: Driver> Os<D> {
             cost: OsCost::default(),
             stats: OsStats::default(),
             pending: Vec::new(),
+            pending_flush: Vec::new(),
+            now: 0.0,
             cfg: cfg.clone(),
             giga_pool,
             next_khugepaged: cfg.khugepaged.sleep_ms,
             khuge_cursor: (0, 0),
+            busy: IntMap::default(),
+            resident: VecDeque::new(),
         })
     }
 
@@ -302,7 +385,15 @@ impl<D: Driver> Os<D> {
         let asid = self.procs.len() as u16;
         self.cost.set_path(Path::Other);
         let space = self.driver.create_space(asid, &mut TdbEnv { phys: &mut self.phys, cost: &mut self.cost })?;
-        self.procs.push(Process { asid, vmas: BTreeMap::new(), space, truth: Truth::default(), next_mmap: MMAP_BASE, implicit });
+        self.procs.push(Process {
+            asid,
+            vmas: BTreeMap::new(),
+            space,
+            truth: Truth::default(),
+            next_mmap: MMAP_BASE,
+            implicit,
+            swapped: IntMap::default(),
+        });
         Ok(asid)
     }
 
@@ -371,6 +462,13 @@ impl<D: Driver> Os<D> {
         self.driver.side_lookup(&mut p.space, wc, asid, va, plan)
     }
 
+    /// Tells the driver what a timed walk found (see [`Driver::walk_observed`]).
+    #[inline]
+    pub fn walk_observed(&mut self, asid: u16, va: u64, t: Option<Translation>, dram_refs: u32) {
+        let p = &mut self.procs[asid as usize];
+        self.driver.walk_observed(&mut p.space, asid, va, t, dram_refs);
+    }
+
     /// Handles a page fault at `va`: maps the page (THP, 1 GiB pool or 4 KiB) through the
     /// translation API. Returns the new translation.
     pub fn fault(&mut self, asid: u16, va: u64) -> Result<Translation> {
@@ -381,6 +479,7 @@ impl<D: Driver> Os<D> {
         if let Some(o) = self.api(asid, Func::Lookup, |d, s, env| d.find(s, va, env)) {
             return Ok(Translation { pbase: o.pa, size: o.size }); // spurious: raced with another thread's fault
         }
+        let swapin = self.swap_in(asid, va);
         if vma.flags.huge == HugeAdvice::Giga {
             let base = PageSize::G1.align_down(va);
             if base >= vma.start && base + PageSize::G1.bytes() <= vma.end && self.driver.can_map(base, PageSize::G1).is_ok() {
@@ -399,24 +498,30 @@ impl<D: Driver> Os<D> {
                     self.stats.thp_fallback_driver += 1;
                 } else if !self.api(asid, Func::RangeCheck, |d, s, env| d.range_is_empty(s, base, base + PageSize::M2.bytes(), env)) {
                     self.stats.thp_fallback_range += 1;
-                } else if let Some(pfn) = self.alloc_data(9) {
-                    self.install(asid, base, pfn.addr(), PageSize::M2, vma.prot)?;
-                    self.stats.faults_thp += 1;
-                    return Ok(Translation { pbase: pfn.addr(), size: PageSize::M2 });
+                } else if let Some(pa) = self.frame_for(asid, base, PageSize::M2, vma.flags)? {
+                    self.install(asid, base, pa, PageSize::M2, vma.prot)?;
+                    if swapin {
+                        self.stats.faults_swapin += 1;
+                    } else {
+                        self.stats.faults_thp += 1;
+                    }
+                    return Ok(Translation { pbase: pa, size: PageSize::M2 });
                 } else {
                     self.stats.thp_fallback_nomem += 1;
                 }
             }
         }
         let base = PageSize::K4.align_down(va);
-        let pfn = self.alloc_data(0).ok_or_else(|| Error::OutOfMemory(format!("4 KiB page for {va:#x}")))?;
-        self.install(asid, base, pfn.addr(), PageSize::K4, vma.prot)?;
-        if vma.flags.file_backed {
+        let pa = self.frame_for(asid, base, PageSize::K4, vma.flags)?.ok_or_else(|| Error::OutOfMemory(format!("4 KiB page for {va:#x}")))?;
+        self.install(asid, base, pa, PageSize::K4, vma.prot)?;
+        if swapin {
+            self.stats.faults_swapin += 1;
+        } else if vma.flags.file_backed {
             self.stats.faults_file += 1;
         } else {
             self.stats.faults_4k += 1;
         }
-        Ok(Translation { pbase: pfn.addr(), size: PageSize::K4 })
+        Ok(Translation { pbase: pa, size: PageSize::K4 })
     }
 
     /// Allocates and zeroes a data block.
@@ -427,14 +532,194 @@ impl<D: Driver> Os<D> {
         Some(pfn)
     }
 
+    /// Asks the driver where a page of `size` at `va` goes ([`tapi::Tdb::place`]), charged to
+    /// allocation without a call unless the driver does work.
+    fn placement(&mut self, asid: u16, va: u64, size: PageSize, flags: MapFlags) -> Placement {
+        let prev = self.cost.charge_to(Func::Alloc);
+        let p = &mut self.procs[asid as usize];
+        let r = self.driver.place(&mut p.space, asid, va, size, flags, &mut TdbEnv { phys: &mut self.phys, cost: &mut self.cost });
+        self.cost.leave(prev);
+        r
+    }
+
+    /// A zeroed frame for a new page of `size` at `va`: the one the driver places it in (moving
+    /// out the page there first), or a buddy block (swapping pages out first if memory is low).
+    /// `None` if the buddy allocator has no block of that order.
+    fn frame_for(&mut self, asid: u16, va: u64, size: PageSize, flags: MapFlags) -> Result<Option<u64>> {
+        match self.placement(asid, va, size, flags) {
+            Placement::Buddy => {
+                self.reclaim(size.order())?;
+                Ok(self.alloc_data(size.order()).map(|p| p.addr()))
+            }
+            Placement::Frame { pa, evict } => {
+                if let Some(v) = evict {
+                    self.evict(v)?;
+                }
+                self.cost.add_to(Func::Alloc, Event::Page, 1);
+                self.cost.add_to(Func::Zero, Event::Page, size.base_pages());
+                Ok(Some(pa))
+            }
+        }
+    }
+
+    /// Moves `v` out of the frame the driver needs: to a buddy frame, or to swap.
+    fn evict(&mut self, v: Evict) -> Result<()> {
+        let size = v.size;
+        if v.to == EvictTo::Buddy {
+            self.reclaim(size.order())?;
+            if let Some(pfn) = self.phys.alloc(size.order()) {
+                self.cost.add_to(Func::Alloc, Event::Page, 1);
+                self.relocate(v.asid, v.va, size, pfn.addr())?;
+                self.stats.evictions += 1;
+                return Ok(());
+            }
+        }
+        if self.cfg.swap.enabled {
+            self.swap_out(v.asid, v.va, size)
+        } else {
+            Err(Error::OutOfMemory(format!("no frame for the {size} page at {:#x} of ASID {} moved out of its frame", v.va, v.asid)))
+        }
+    }
+
+    /// Moves the page at `va` to the frame at `to`: unmaps it, maps it there, frees the old frame,
+    /// shoots the page down, flushes the old frame's lines, charges the copy and locks the page
+    /// for the copy's duration.
+    fn relocate(&mut self, asid: u16, va: u64, size: PageSize, to: u64) -> Result<()> {
+        let o = self
+            .api(asid, Func::Remove, |d, s, env| d.remove(s, va, size, env))
+            .ok_or_else(|| Error::Check(format!("relocating the {size} page at {va:#x} of ASID {asid}: not mapped")))?;
+        self.procs[asid as usize].truth.remove(va, size);
+        self.install(asid, va, to, size, o.prot)?;
+        self.free_frame(o.pa, size)?;
+        self.shootdown(asid, va, va + size.bytes());
+        self.pending_flush.push((o.pa, size.bytes()));
+        let copy = self.cfg.migration.copy_cycles * size.base_pages() as f64;
+        self.cost.add_fixed_cycles(copy as u64);
+        self.busy.insert(busy_key(asid, va), self.now + copy);
+        Ok(())
+    }
+
+    /// Writes the page at `va` to swap and unmaps it.
+    fn swap_out(&mut self, asid: u16, va: u64, size: PageSize) -> Result<()> {
+        let o = self
+            .api(asid, Func::Remove, |d, s, env| d.remove(s, va, size, env))
+            .ok_or_else(|| Error::Check(format!("swapping out the {size} page at {va:#x} of ASID {asid}: not mapped")))?;
+        let p = &mut self.procs[asid as usize];
+        p.truth.remove(va, size);
+        p.swapped.insert(va >> 12, size);
+        self.free_frame(o.pa, size)?;
+        self.shootdown(asid, va, va + size.bytes());
+        self.pending_flush.push((o.pa, size.bytes()));
+        self.stats.swap_outs += size.base_pages();
+        self.cost.add_fixed_cycles((self.cfg.swap.page_cycles * size.base_pages() as f64) as u64);
+        Ok(())
+    }
+
+    /// If `va` lies in a swapped-out page, reads it back (counted and charged) and returns true;
+    /// the caller then maps it like a new page.
+    fn swap_in(&mut self, asid: u16, va: u64) -> bool {
+        let p = &mut self.procs[asid as usize];
+        if p.swapped.is_empty() {
+            return false;
+        }
+        for size in [PageSize::K4, PageSize::M2] {
+            let key = size.align_down(va) >> 12;
+            if p.swapped.get(&key) == Some(&size) {
+                p.swapped.remove(&key);
+                self.stats.swap_ins += size.base_pages();
+                self.cost.add_fixed_cycles((self.cfg.swap.page_cycles * size.base_pages() as f64) as u64);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// With swap on, swaps out the oldest-mapped buddy pages (FIFO: the simulated walker sets no
+    /// accessed bits for a clock to read) until `min_free` plus a block of `order` is free.
+    fn reclaim(&mut self, order: u32) -> Result<()> {
+        if !self.cfg.swap.enabled {
+            return Ok(());
+        }
+        let want = self.cfg.swap.min_free / 4096 + (1 << order);
+        while self.phys.free_pages() < want {
+            let Some((asid, va, size, pa)) = self.resident.pop_front() else { break };
+            if self.procs[asid as usize].truth.lookup(va) == Some((pa, size)) {
+                self.swap_out(asid, va, size)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The cycles an access that just translated `va` (to `t`) at cycle `now` waits because the
+    /// OS is still copying that page; counted in the stats.
+    #[inline]
+    pub fn migration_stall(&mut self, asid: u16, va: u64, t: Translation, now: f64) -> u32 {
+        if self.busy.is_empty() {
+            return 0;
+        }
+        match self.busy.get(&busy_key(asid, t.size.align_down(va))) {
+            Some(&until) if until > now => {
+                let c = (until - now).ceil() as u64;
+                self.stats.migration_stall_cycles += c;
+                self.stats.migration_stalled_accesses += 1;
+                c as u32
+            }
+            _ => 0,
+        }
+    }
+
+    /// Forgets in-flight work left by setup (shootdowns, flushes, copy locks): no TLB or cache
+    /// holds anything yet when the measured run starts.
+    pub fn settle(&mut self) {
+        self.pending.clear();
+        self.pending_flush.clear();
+        self.busy.clear();
+    }
+
+    /// Moves the pages the driver asked for ([`tapi::Tdb::take_migrations`]) to the frames it
+    /// places them in; background work, charged to the promote path.
+    fn migrate_requested(&mut self) -> Result<()> {
+        let reqs = self.driver.take_migrations();
+        if reqs.is_empty() {
+            return Ok(());
+        }
+        self.cost.set_path(Path::Promote);
+        for r in reqs {
+            let Some(p) = self.procs.get(r.asid as usize) else { continue };
+            let Some((pa, size)) = p.truth.lookup(r.va) else { continue };
+            if size != r.size || size.align_down(r.va) != r.va {
+                continue;
+            }
+            let flags = self.vma(r.asid, r.va).map(|v| v.flags).unwrap_or_default();
+            if let Placement::Frame { pa: to, evict } = self.placement(r.asid, r.va, size, flags) {
+                if to == pa {
+                    continue;
+                }
+                if let Some(v) = evict {
+                    self.evict(v)?;
+                }
+                self.cost.add_to(Func::Alloc, Event::Page, 1);
+                self.relocate(r.asid, r.va, size, to)?;
+                self.stats.migrations += 1;
+            }
+        }
+        Ok(())
+    }
+
     fn install(&mut self, asid: u16, va: u64, pa: u64, size: PageSize, prot: u8) -> Result<()> {
         let o = TObj::new(va, pa, size, prot);
         self.api(asid, Func::Insert, |d, s, env| d.update(s, &o, env))?;
         self.procs[asid as usize].truth.insert(va, pa, size);
+        if self.cfg.swap.enabled && !self.driver.owns_frame(pa) {
+            self.resident.push_back((asid, va, size, pa));
+        }
         Ok(())
     }
 
     fn free_frame(&mut self, pa: u64, size: PageSize) -> Result<()> {
+        if self.driver.owns_frame(pa) {
+            return Ok(()); // the driver freed its slot when the translation was removed
+        }
         if size == PageSize::G1 && self.cfg.hugetlb_1g > 0 {
             self.giga_pool.push(Pfn::containing(pa));
             return Ok(());
@@ -508,8 +793,12 @@ impl<D: Driver> Os<D> {
         Ok(())
     }
 
-    /// Background work due at simulated time `now_ms`: khugepaged.
+    /// Background work due at simulated time `now_ms`: migrations the driver asked for, then
+    /// khugepaged.
     pub fn tick(&mut self, now_ms: f64) -> Result<()> {
+        let now = self.now;
+        self.busy.retain(|_, until| *until > now);
+        self.migrate_requested()?;
         if self.cfg.thp == ThpMode::Never || !self.cfg.khugepaged.enabled {
             return Ok(());
         }
@@ -577,9 +866,21 @@ impl<D: Driver> Os<D> {
         if huge || small.is_empty() || 512 - small.len() as u32 > self.cfg.khugepaged.max_ptes_none {
             return Ok(false);
         }
-        let Some(pfn) = self.phys.alloc(9) else {
-            self.stats.promotion_failures += 1;
-            return Ok(false);
+        let flags = self.vma(asid, base).map(|v| v.flags).unwrap_or_default();
+        let pa = match self.placement(asid, base, PageSize::M2, flags) {
+            Placement::Buddy => match self.phys.alloc(9) {
+                Some(pfn) => pfn.addr(),
+                None => {
+                    self.stats.promotion_failures += 1;
+                    return Ok(false);
+                }
+            },
+            Placement::Frame { pa, evict } => {
+                if let Some(v) = evict {
+                    self.evict(v)?;
+                }
+                pa
+            }
         };
         self.cost.add_to(Func::Alloc, Event::Page, 1);
         self.cost.add_to(Func::Copy, Event::Page, small.len() as u64);
@@ -590,7 +891,7 @@ impl<D: Driver> Os<D> {
             self.free_frame(o.pa, o.size)?;
         }
         let prot = small[0].prot;
-        self.install(asid, base, pfn.addr(), PageSize::M2, prot)?;
+        self.install(asid, base, pa, PageSize::M2, prot)?;
         self.stats.promotions += 1;
         self.shootdown(asid, base, end);
         Ok(true)
