@@ -1178,7 +1178,7 @@ mod tests {
         let va = os.mmap(a, 64 << 20, fl).unwrap();
         let vb = os.mmap(b, 64 << 20, fl).unwrap();
         let mut rng = crate::rng::Rng::new(7);
-        for step in 0..400 {
+        for _ in 0..400 {
             let (asid, base) = if rng.next_u64() % 2 == 0 { (a, va) } else { (b, vb) };
             let off = (rng.next_u64() % 64) * 4096;
             match rng.next_u64() % 8 {
@@ -1201,11 +1201,9 @@ mod tests {
                 }
             }
             check(&mut os);
-            let _ = step;
         }
         assert!(os.stats.evictions > 0, "{:?}", os.stats);
         assert!(os.stats.migrations > 0, "{:?}", os.stats);
-        // 2 MiB pages: populate a THP-eligible range by hand through the RestSeg.
         let m = os.driver.metrics();
         assert!(m["fault_allocations"].as_u64().unwrap() > 0);
         assert!(m["migrations_to_restseg"].as_u64().unwrap() > 0);
@@ -1221,11 +1219,8 @@ mod tests {
         let t = os.fault(a, v).unwrap();
         assert!(!os.driver.owns_frame(t.pbase));
         let h = os.mmap(a, 8 << 20, MapFlags { huge: crate::workload::HugeAdvice::Huge, ..MapFlags::default() }).unwrap();
-        let mut oc = os.config().clone();
-        oc.thp = crate::os::ThpMode::Madvise;
-        let _ = oc;
         let p = os.fault(a, h).unwrap();
-        // THP is off in this OS config, so the 4 KiB RestSeg holds it.
+        // THP is off in this OS, so the 4 KiB RestSeg holds it.
         assert_eq!(p.size, PageSize::K4);
         assert!(os.driver.owns_frame(p.pbase));
         // Placing a 2 MiB page by hand through the API: the 2 MiB RestSeg frame is accepted.
@@ -1292,6 +1287,27 @@ mod tests {
         os.fault(a, 0).unwrap();
         assert_eq!(os.stats.swap_ins, 1);
         assert_eq!(os.stats.faults_swapin, 1);
+        check(&mut os);
+    }
+
+    #[test]
+    fn a_huge_victim_is_split_when_memory_has_no_2m_block() {
+        let cfg = UtopiaConfig { restsegs: vec![seg(4 << 20, PageSize::M2, 2)], ..UtopiaConfig::default() };
+        let mut oc = OsConfig { memory: 256 << 20, thp: crate::os::ThpMode::Always, ..OsConfig::default() };
+        oc.fragmentation.method = crate::os::FragMethod::Free2m;
+        oc.fragmentation.target = 1.0;
+        let d = Utopia::new(&cfg, &super::super::radix::RadixConfig::default());
+        let mut os = Os::boot(d, &oc, 1).unwrap();
+        assert_eq!(os.phys.free_blocks(9), 0, "no free 2 MiB block outside the RestSeg");
+        let a = os.spawn(false).unwrap();
+        let v = os.mmap(a, 16 << 20, MapFlags::default()).unwrap();
+        for i in 0..3 {
+            assert_eq!(os.fault(a, v + i * (2 << 20)).unwrap().size, PageSize::M2);
+        }
+        // The third 2 MiB page evicted the first, which now lives in 512 FlexSeg 4 KiB pages.
+        assert_eq!(os.stats.evictions, 1);
+        assert_eq!(os.truth(a, v + 0x1234).unwrap().size, PageSize::K4);
+        assert_eq!(os.procs[a as usize].truth.counts()[PageSize::K4.index()], 512);
         check(&mut os);
     }
 

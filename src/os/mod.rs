@@ -573,6 +573,28 @@ impl<D: Driver> Os<D> {
                 self.stats.evictions += 1;
                 return Ok(());
             }
+            if size != PageSize::K4 && self.phys.free_pages() >= size.base_pages() {
+                // No free block that large: split the page into 4 KiB pages as it moves out.
+                let o = self
+                    .api(v.asid, Func::Remove, |d, s, env| d.remove(s, v.va, size, env))
+                    .ok_or_else(|| Error::Check(format!("evicting the {size} page at {:#x}: not mapped", v.va)))?;
+                self.procs[v.asid as usize].truth.remove(v.va, size);
+                let now = self.now;
+                let copy = self.cfg.migration.copy_cycles;
+                for i in 0..size.base_pages() {
+                    let pfn = self.phys.alloc(0).ok_or_else(|| Error::OutOfMemory("4 KiB frame while splitting an evicted page".into()))?;
+                    self.cost.add_to(Func::Alloc, Event::Page, 1);
+                    let va = v.va + i * 4096;
+                    self.install(v.asid, va, pfn.addr(), PageSize::K4, o.prot)?;
+                    self.busy.insert(busy_key(v.asid, va), now + copy * size.base_pages() as f64);
+                }
+                self.free_frame(o.pa, size)?;
+                self.shootdown(v.asid, v.va, v.va + size.bytes());
+                self.pending_flush.push((o.pa, size.bytes()));
+                self.cost.add_fixed_cycles((copy * size.base_pages() as f64) as u64);
+                self.stats.evictions += 1;
+                return Ok(());
+            }
         }
         if self.cfg.swap.enabled {
             self.swap_out(v.asid, v.va, size)
