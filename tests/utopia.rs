@@ -4,13 +4,8 @@
 mod common;
 use common::*;
 
-const GUPS: &[&str] = &[
-    "workload.name=\"gups\"",
-    "workload.params.table=1G",
-    "workload.params.updates=100000",
-    "os.memory=4G",
-    "sim.epoch_accesses=20000",
-];
+const GUPS: &[&str] =
+    &["workload.name=\"gups\"", "workload.params.table=1G", "workload.params.updates=100000", "os.memory=4G", "sim.epoch_accesses=20000"];
 
 #[test]
 fn utopia_walks_less_than_radix4_on_scaled_gups() {

@@ -211,7 +211,10 @@ impl UtopiaConfig {
             }
             let unit = r.page.bytes() * r.ways as u64;
             if !r.size.is_multiple_of(unit) {
-                return Err(Error::config(format!("{k}.size"), format!("must be a multiple of page × ways ({unit} bytes), or 0 for the rest of memory")));
+                return Err(Error::config(
+                    format!("{k}.size"),
+                    format!("must be a multiple of page × ways ({unit} bytes), or 0 for the rest of memory"),
+                ));
             }
             if r.hash == SetHash::Xor && r.size != 0 && !(r.size / unit).is_power_of_two() {
                 return Err(Error::config(format!("{k}.hash"), "xor needs a power-of-two number of sets"));
@@ -579,11 +582,14 @@ impl Tdb for Utopia {
             }
             let sets = size / unit;
             if r.hash == SetHash::Xor && !sets.is_power_of_two() {
-                return Err(Error::config(format!("arch.utopia.restsegs[{i}].hash"), format!("xor needs a power-of-two number of sets, found {sets}")));
+                return Err(Error::config(
+                    format!("arch.utopia.restsegs[{i}].hash"),
+                    format!("xor needs a power-of-two number of sets, found {sets}"),
+                ));
             }
-            let pfn = phys
-                .reserve_contiguous(size / 4096, r.page.order())
-                .ok_or_else(|| Error::config(key, format!("cannot reserve {} of contiguous memory at boot", crate::addr::fmt_bytes(size))))?;
+            let pfn = phys.reserve_contiguous(size / 4096, r.page.order()).ok_or_else(|| {
+                Error::config(key, format!("cannot reserve {} of contiguous memory at boot", crate::addr::fmt_bytes(size)))
+            })?;
             let ways = r.ways as u64;
             let entry = tar_entry_bits(r.page.bytes(), sets, self.va_bits) as u64;
             let sf_counter_bits = ceil_log2(ways) as u64 + 1;
@@ -682,14 +688,22 @@ impl Tdb for Utopia {
         };
         let g = &self.segs[i];
         if o.size != g.page || !o.size.is_aligned(o.va) || !o.size.is_aligned(o.pa) {
-            return Err(Error::Check(format!("RestSeg {i} holds aligned {} pages; got a {} page va {:#x} pa {:#x}", g.page, o.size, o.va, o.pa)));
+            return Err(Error::Check(format!(
+                "RestSeg {i} holds aligned {} pages; got a {} page va {:#x} pa {:#x}",
+                g.page, o.size, o.va, o.pa
+            )));
         }
         let slot = ((o.pa - g.base) / g.page.bytes()) as usize;
         let (set, way) = (slot / g.ways, slot % g.ways);
         let vpn = o.va >> g.shift;
         env.cost.hash(1);
         if g.set_of(vpn) != set {
-            return Err(Error::Check(format!("frame {:#x} is in set {set} of RestSeg {i}, but {:#x} hashes to set {}", o.pa, o.va, g.set_of(vpn))));
+            return Err(Error::Check(format!(
+                "frame {:#x} is in set {set} of RestSeg {i}, but {:#x} hashes to set {}",
+                o.pa,
+                o.va,
+                g.set_of(vpn)
+            )));
         }
         let tag = gtag(vpn, s.asid);
         if s.segs[i].tar[slot] == vpn {
@@ -777,19 +791,21 @@ impl Tdb for Utopia {
         self.radix.table_bytes(&s.radix) + self.segs.iter().map(|g| g.tar_bytes + g.sf_bytes).sum::<u64>()
     }
 
-    fn place(&mut self, _s: &mut UtopiaSpace, asid: u16, va: u64, size: PageSize, flags: MapFlags, env: &mut TdbEnv) -> Placement {
+    fn place(&mut self, s: &mut UtopiaSpace, asid: u16, va: u64, size: PageSize, flags: MapFlags, env: &mut TdbEnv) -> Placement {
         let migrating = self.in_flight.remove(&page_key(asid, va)).is_some();
+        // Already in a RestSeg (a stale migration request): it stays where it is.
+        for (i, g) in self.segs.iter().enumerate() {
+            if g.page == size {
+                if let Some(&slot) = s.segs[i].index.get(&(va >> g.shift)) {
+                    return Placement::Frame { pa: g.slot_pa(slot as usize), evict: None };
+                }
+            }
+        }
         if flags.shared && self.cfg.flexseg {
             self.shared_to_flexseg += 1;
             return Placement::Buddy; // shared pages always live in the FlexSeg
         }
-        let policy = if !self.cfg.flexseg {
-            FaultAlloc::Evict
-        } else if migrating {
-            FaultAlloc::Evict
-        } else {
-            self.cfg.fault_alloc
-        };
+        let policy = if !self.cfg.flexseg || migrating { FaultAlloc::Evict } else { self.cfg.fault_alloc };
         if policy == FaultAlloc::Off {
             return Placement::Buddy;
         }
@@ -1012,7 +1028,8 @@ impl Driver for Utopia {
             }
             let pages = g.sets * g.ways as u64;
             cap_radix += radix_bytes_for(pages, g.page, self.levels);
-            let occupied = (0..g.sets as usize).map(|set| (0..g.ways).filter(|&w| g.global.tag_at(set, w).is_some()).count() as u64).sum::<u64>();
+            let occupied =
+                (0..g.sets as usize).map(|set| (0..g.ways).filter(|&w| g.global.tag_at(set, w).is_some()).count() as u64).sum::<u64>();
             segs.push(json!({
                 "page": g.page.label(),
                 "bytes": g.size,
@@ -1128,7 +1145,7 @@ mod tests {
         assert_eq!(SetHash::Mersenne.set(64, s), 1);
         assert!((0..1000).all(|v| SetHash::Mersenne.set(v, s) < 63));
         assert_eq!(SetHash::Xor.set(0b01_000011, 64), 0b000011 ^ 0b01);
-        assert_eq!(SetHash::Prime.set(2 * 64 + 5, 64), (2 * 17 + 5) % 64);
+        assert_eq!(SetHash::Prime.set(2 * 64 + 5, 64), 2 * 17 + 5);
     }
 
     #[test]
@@ -1179,7 +1196,7 @@ mod tests {
         let vb = os.mmap(b, 64 << 20, fl).unwrap();
         let mut rng = crate::rng::Rng::new(7);
         for _ in 0..400 {
-            let (asid, base) = if rng.next_u64() % 2 == 0 { (a, va) } else { (b, vb) };
+            let (asid, base) = if rng.next_u64().is_multiple_of(2) { (a, va) } else { (b, vb) };
             let off = (rng.next_u64() % 64) * 4096;
             match rng.next_u64() % 8 {
                 0 => os.munmap(asid, base + off, 4096).unwrap_or(()),
@@ -1234,9 +1251,13 @@ mod tests {
         let (d, s) = (&mut os.driver, &mut os.procs[a as usize].space);
         d.update(s, &TObj::new(hb, pa, PageSize::M2, prot::RW), &mut TdbEnv { phys: &mut phys, cost: &mut cost }).unwrap();
         // A 4 KiB page inside it is an overlap; a frame in the wrong set is refused.
-        assert!(d.update(s, &TObj::new(hb + 4096, 0x7000_0000, PageSize::K4, prot::RW), &mut TdbEnv { phys: &mut phys, cost: &mut cost }).is_err());
+        assert!(d
+            .update(s, &TObj::new(hb + 4096, 0x7000_0000, PageSize::K4, prot::RW), &mut TdbEnv { phys: &mut phys, cost: &mut cost })
+            .is_err());
         let wrong = seg_pa_other_set(d, g, hb + (2 << 20));
-        assert!(d.update(s, &TObj::new(hb + (2 << 20), wrong, PageSize::M2, prot::RW), &mut TdbEnv { phys: &mut phys, cost: &mut cost }).is_err());
+        assert!(d
+            .update(s, &TObj::new(hb + (2 << 20), wrong, PageSize::M2, prot::RW), &mut TdbEnv { phys: &mut phys, cost: &mut cost })
+            .is_err());
         assert_eq!(d.find(s, hb + 12345, &mut TdbEnv { phys: &mut phys, cost: &mut cost }).unwrap().pa, pa);
     }
 
