@@ -14,12 +14,22 @@ const WORKLOADS: &[(&str, &[&str])] = &[
     ("stream", &["workload.name=\"stream\"", "workload.params.footprint=48M", "workload.params.stride=64"]),
 ];
 
+/// Settings that fit a design built for a larger machine into the 2 GiB test machine.
+fn scaled(design: &str) -> &'static [&'static str] {
+    match design {
+        // Virtuoso's 2 × 8 GiB RestSegs, scaled to 256 MiB each.
+        "utopia-virtuoso" => &["arch.utopia.restsegs=[{size=\"256M\",page=\"4K\",ways=16},{size=\"256M\",page=\"2M\",ways=8}]"],
+        _ => &[],
+    }
+}
+
 #[test]
 fn every_design_agrees_with_the_os_on_every_access() {
     for d in xlate::arch::DESIGNS {
         for (wname, sets) in WORKLOADS {
             let mut s = sets.to_vec();
             s.push("sim.checked=true");
+            s.extend(scaled(d.name));
             let r = run(d.name, &s);
             assert!(r.core.accesses > 100_000, "{} {wname}: ran only {} accesses", d.name, r.core.accesses);
             if !r.config.mmu.perfect_tlb {
@@ -56,4 +66,45 @@ fn promotion_under_checked_mode() {
     assert_eq!(r.coverage[xlate::addr::PageSize::M2.index()], 64 << 20);
     assert!(r.os.shootdowns >= 32);
     assert!(metric(&r, "os_ops_promote") > 0.0);
+}
+
+/// Utopia with RestSegs small enough that pages are evicted to the FlexSeg at faults and migrated
+/// back by PTW tracking while GUPS runs: every RSW, FlexSeg walk and TLB hit is checked, so a
+/// missed shootdown or a TAR/radix disagreement fails the run.
+#[test]
+fn utopia_checked_across_evictions_and_migrations() {
+    const SMALL_TLBS: &[&str] = &[
+        "mmu.l1d=[{entries=16,ways=4,latency=1,sizes=[\"4K\"]},{entries=4,ways=4,latency=1,sizes=[\"2M\"]}]",
+        "mmu.l2={entries=24,ways=12,latency=12,sizes=[\"4K\",\"2M\"]}",
+        "arch.utopia.migrate.min_dram_refs=0",
+    ];
+    for (design, restsegs, extra) in [
+        ("utopia", "arch.utopia.restsegs=[{size=\"16M\",page=\"4K\",ways=16},{size=\"32M\",page=\"2M\",ways=16}]", &[][..]),
+        ("utopia", "arch.utopia.restsegs=[{size=\"16M\",page=\"4K\",ways=4,hash=\"xor\"}]", &[][..]),
+        // 2 MiB pages: 128 of them over a 16-page RestSeg, TLBs small enough that they are walked.
+        ("utopia-thp", "arch.utopia.restsegs=[{size=\"16M\",page=\"4K\",ways=16},{size=\"32M\",page=\"2M\",ways=16}]", SMALL_TLBS),
+    ] {
+        let table = if design == "utopia-thp" { "workload.params.table=256M" } else { "workload.params.table=64M" };
+        let mut sets = vec![
+            "workload.name=\"gups\"",
+            table,
+            "workload.params.updates=150000",
+            "sim.checked=true",
+            "sim.epoch_accesses=5000",
+            restsegs,
+        ];
+        sets.extend_from_slice(extra);
+        let r = run(design, &sets);
+        assert_eq!(r.core.checked, r.core.accesses, "{design}: every access checked");
+        let d = &r.driver;
+        let n = |k: &str| d[k].as_u64().unwrap();
+        assert!(n("rsw_hits") > 0 && r.core.walk.walks > 0, "{design}: pages in both segments");
+        assert!(n("evictions_to_flexseg") > 0 && r.os.evictions > 0, "{design}: RestSeg → FlexSeg: {d:?}");
+        assert!(n("migrations_to_restseg") > 0 && r.os.migrations > 0, "{design}: FlexSeg → RestSeg: {d:?}");
+        assert!(r.os.shootdowns >= r.os.evictions + r.os.migrations);
+        if design == "utopia-thp" {
+            assert!(r.coverage[xlate::addr::PageSize::M2.index()] > 0);
+            assert!(d["restsegs"][1]["evictions"].as_u64().unwrap() > 0, "2 MiB RestSeg evicted: {d:?}");
+        }
+    }
 }

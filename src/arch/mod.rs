@@ -13,6 +13,7 @@ pub mod fpt;
 pub mod pomtlb;
 pub mod radix;
 pub mod rmm;
+pub mod utopia;
 pub mod x86pte;
 
 use crate::addr::PageSize;
@@ -54,6 +55,15 @@ pub trait Driver: Tdb + Sized + 'static {
     ) -> Option<Translation> {
         None
     }
+
+    /// Whether the design wants [`Driver::walk_observed`] after every timed walk (PTW-tracking
+    /// policies). A constant, so designs without one pay nothing on the access path.
+    const OBSERVES_WALKS: bool = false;
+
+    /// Called after a walk's plan was timed: the translation it found (`None` = page fault) and how
+    /// many of its references DRAM served — what hardware counters in the PTE would see (Utopia's
+    /// PTW frequency and cost counters). Default: nothing.
+    fn walk_observed(&mut self, _space: &mut Self::Space, _asid: u16, _va: u64, _t: Option<Translation>, _dram_refs: u32) {}
 
     /// Drops walk-cache entries of `asid` that may cover `[start, end)` (TLB shootdown).
     fn invalidate_walk_cache(&self, wc: &mut Self::WalkCache, asid: u16, start: u64, end: u64);
@@ -108,6 +118,8 @@ pub struct ArchConfig {
     pub pomtlb: pomtlb::PomTlbConfig,
     /// RMM's range TLB (its redundant page table is `radix`).
     pub rmm: rmm::RmmConfig,
+    /// Utopia: RestSegs beside a radix FlexSeg (`arch.radix` configures the FlexSeg).
+    pub utopia: utopia::UtopiaConfig,
 }
 
 impl ArchConfig {
@@ -117,7 +129,8 @@ impl ArchConfig {
         self.fpt.validate("arch.fpt")?;
         self.ecpt.validate("arch.ecpt")?;
         self.pomtlb.validate("arch.pomtlb")?;
-        self.rmm.validate("arch.rmm")
+        self.rmm.validate("arch.rmm")?;
+        self.utopia.validate("arch.utopia")
     }
 }
 
@@ -134,6 +147,8 @@ pub enum DriverKind {
     PomTlb,
     /// [`rmm::Rmm`].
     Rmm,
+    /// [`utopia::Utopia`].
+    Utopia,
 }
 
 /// A named design: a driver plus the configuration that makes it that design.
@@ -290,6 +305,63 @@ pub static DESIGNS: &[DesignEntry] = &[
             c.arch.radix.levels = 4;
             c.os.thp = crate::os::ThpMode::Never;
             c.os.eager_paging = true;
+        },
+    },
+    DesignEntry {
+        name: "utopia",
+        description: "Utopia: 512M 4K + 512M 2M RestSegs (16-way, SRRIP) beside a radix4 FlexSeg, 4 KiB pages (THP off)",
+        driver: DriverKind::Utopia,
+        apply: |c| {
+            c.arch.radix.levels = 4;
+            c.os.thp = crate::os::ThpMode::Never;
+            c.arch.utopia = utopia::UtopiaConfig::default();
+        },
+    },
+    DesignEntry {
+        name: "utopia-thp",
+        description: "Utopia (Table 1) with transparent huge pages always: 2 MiB pages go to the 2M RestSeg",
+        driver: DriverKind::Utopia,
+        apply: |c| {
+            c.arch.radix.levels = 4;
+            c.os.thp = crate::os::ThpMode::Always;
+            c.arch.utopia = utopia::UtopiaConfig::default();
+        },
+    },
+    DesignEntry {
+        name: "utopia-virtuoso",
+        description: "Utopia as Virtuoso v1.0: 8G 4K 16-way + 8G 2M 8-way RestSegs, 32-entry 1-cycle TAR/SF caches, 200-cycle migration",
+        driver: DriverKind::Utopia,
+        apply: |c| {
+            use crate::mmu::wcache::WalkCacheConfig;
+            use utopia::{RestSegConfig, SetHash};
+            c.arch.radix.levels = 4;
+            c.os.thp = crate::os::ThpMode::Never;
+            c.os.migration.copy_cycles = 200.0;
+            c.arch.utopia = utopia::UtopiaConfig {
+                restsegs: vec![
+                    RestSegConfig { size: 8 << 30, page: crate::addr::PageSize::K4, ways: 16, hash: SetHash::Modulo },
+                    RestSegConfig { size: 8 << 30, page: crate::addr::PageSize::M2, ways: 8, hash: SetHash::Modulo },
+                ],
+                tar_cache: WalkCacheConfig::new(32, 4, 1),
+                sf_cache: WalkCacheConfig::new(32, 4, 1),
+                ..utopia::UtopiaConfig::default()
+            };
+        },
+    },
+    DesignEntry {
+        name: "utopia-restrictive-only",
+        description: "restrictive mapping across all memory (Utopia §3): one 4K 16-way RestSeg, no FlexSeg, swap on",
+        driver: DriverKind::Utopia,
+        apply: |c| {
+            c.arch.radix.levels = 4;
+            c.os.thp = crate::os::ThpMode::Never;
+            c.os.swap.enabled = true;
+            c.arch.utopia = utopia::UtopiaConfig {
+                restsegs: vec![utopia::RestSegConfig { size: 0, page: crate::addr::PageSize::K4, ways: 16, hash: utopia::SetHash::Modulo }],
+                flexseg: false,
+                migrate: utopia::MigrateConfig { enabled: false, ..utopia::MigrateConfig::default() },
+                ..utopia::UtopiaConfig::default()
+            };
         },
     },
 ];

@@ -182,6 +182,33 @@ impl SetAssoc {
         (way, (old != INVALID_TAG).then_some(old))
     }
 
+    /// The way a fill of `set` would use, chosen (and SRRIP state aged) exactly as
+    /// [`SetAssoc::insert`] does, without filling it: for owners that must move the victim out
+    /// before the new tag goes in with [`SetAssoc::insert_at`] (Utopia's RestSeg sets).
+    pub fn choose_way(&mut self, set: usize) -> usize {
+        let base = self.base(set);
+        self.victim(base)
+    }
+
+    /// Fills `tag` into (`set`, `way`) with a fill's replacement state (LRU most recent, SRRIP RRPV
+    /// 2); returns the tag it replaced, if valid. The caller guarantees `tag` is not elsewhere in
+    /// the set.
+    pub fn insert_at(&mut self, set: usize, way: usize, tag: u64) -> Option<u64> {
+        debug_assert!(tag != INVALID_TAG, "INVALID_TAG is reserved");
+        debug_assert!(self.probe(set, tag).is_none_or(|w| w == way), "tag {tag:#x} inserted twice in set {set}");
+        let base = self.base(set);
+        let old = std::mem::replace(&mut self.data[base + way], tag);
+        let m = base + self.ways + way;
+        match self.policy {
+            Replacement::Lru => {
+                self.clock += 1;
+                self.data[m] = self.clock;
+            }
+            Replacement::Srrip => self.data[m] = RRPV_LONG,
+        }
+        (old != INVALID_TAG).then_some(old)
+    }
+
     /// Chooses the way to fill in the set starting at slot `base` (and ages SRRIP state if needed).
     #[inline]
     fn victim(&mut self, base: usize) -> usize {

@@ -7,8 +7,11 @@
 
 pub mod eager;
 pub mod phys;
+mod placement;
 pub mod tapi;
 pub mod truth;
+
+pub use placement::{MigrationConfig, SwapConfig};
 
 use crate::addr::{bytes_serde, PageSize, Pfn};
 use crate::arch::Driver;
@@ -16,9 +19,9 @@ use crate::error::{Error, Result};
 use crate::mmu::walk::{Translation, WalkPlan};
 use crate::workload::{HugeAdvice, MapFlags, Vm};
 use phys::PhysMem;
-use std::collections::BTreeMap;
-use tapi::{prot, Event, Func, OsCost, OsCostModel, Path, TObj, TdbEnv};
-use truth::Truth;
+use std::collections::{BTreeMap, VecDeque};
+use tapi::{prot, Event, Func, OsCost, OsCostModel, Path, Placement, TObj, TdbEnv};
+use truth::{IntMap, Truth};
 
 /// Transparent huge page mode (`/sys/kernel/mm/transparent_hugepage/enabled`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -116,6 +119,10 @@ pub struct OsConfig {
     /// first eager mapping (Utopia §7 fairness: RMM gets a 1 GiB contiguous block). 0 = none.
     #[serde(with = "bytes_serde")]
     pub eager_pool: u64,
+    /// Page migration (driver-directed placement).
+    pub migration: MigrationConfig,
+    /// Swap device.
+    pub swap: SwapConfig,
 }
 
 impl Default for OsConfig {
@@ -132,6 +139,8 @@ impl Default for OsConfig {
             eager_paging: false,
             thp_pool: 0,
             eager_pool: 0,
+            migration: MigrationConfig::default(),
+            swap: SwapConfig::default(),
         }
     }
 }
@@ -157,6 +166,12 @@ impl OsConfig {
         }
         if self.khugepaged.max_ptes_none > 511 {
             return Err(Error::config("os.khugepaged.max_ptes_none", "must be at most 511"));
+        }
+        if self.migration.copy_cycles.is_nan() || self.migration.copy_cycles < 0.0 {
+            return Err(Error::config("os.migration.copy_cycles", "must not be negative"));
+        }
+        if self.swap.page_cycles.is_nan() || self.swap.page_cycles < 0.0 {
+            return Err(Error::config("os.swap.page_cycles", "must not be negative"));
         }
         eager::validate(self)
     }
@@ -220,12 +235,26 @@ pub struct OsStats {
     pub eager_runs: u64,
     /// Bytes eager paging mapped.
     pub eager_bytes: u64,
+    /// Faults on swapped-out pages (counted here instead of by the size they map).
+    pub faults_swapin: u64,
+    /// 4 KiB units written to swap.
+    pub swap_outs: u64,
+    /// 4 KiB units read back from swap.
+    pub swap_ins: u64,
+    /// Pages moved to the frame the driver placed them in (e.g. FlexSeg → RestSeg).
+    pub migrations: u64,
+    /// Pages moved out of a frame the driver needed (e.g. RestSeg → FlexSeg).
+    pub evictions: u64,
+    /// Cycles accesses waited for a page being copied.
+    pub migration_stall_cycles: u64,
+    /// Accesses that waited for a page being copied.
+    pub migration_stalled_accesses: u64,
 }
 
 impl OsStats {
     /// All faults.
     pub fn faults(&self) -> u64 {
-        self.faults_4k + self.faults_thp + self.faults_1g + self.faults_file
+        self.faults_4k + self.faults_thp + self.faults_1g + self.faults_file + self.faults_swapin
     }
 }
 
@@ -241,6 +270,8 @@ pub struct Process<S> {
     next_mmap: u64,
     /// Any address is valid (trace-driven runs: the trace's addresses were valid in the real run).
     implicit: bool,
+    /// Swapped-out pages: virtual page number (4 KiB units) of the base → size.
+    swapped: IntMap<PageSize>,
 }
 
 /// A TLB shootdown the MMUs must apply.
@@ -274,12 +305,20 @@ pub struct Os<D: Driver> {
     pub stats: OsStats,
     /// Shootdowns not yet applied by the MMUs.
     pub pending: Vec<Shootdown>,
+    /// Physical ranges whose cached lines the memory hierarchy must drop (pages moved away).
+    pub pending_flush: Vec<(u64, u64)>,
+    /// Simulated cycle of the core calling in (set by the simulator; times page-copy locks).
+    pub now: f64,
     cfg: OsConfig,
     giga_pool: Vec<Pfn>,
     pools: eager::Pools,
     next_khugepaged: f64,
     khuge_cursor: (usize, u64),
     stale_wc: Vec<(u64, u64)>,
+    /// Pages being copied: (VPN << 16 | ASID) → cycle the copy ends.
+    busy: IntMap<f64>,
+    /// Resident pages in mapping order (asid, va, size, pa), for the swap victim choice.
+    resident: VecDeque<(u16, u64, PageSize, u64)>,
 }
 
 impl<D: Driver> Os<D> {
@@ -296,6 +335,8 @@ impl<D: Driver> Os<D> {
         // Largest first so `pop` hands out the lowest address first.
         giga_pool.reverse();
         let pools = eager::Pools::carve(&mut phys, cfg)?;
+        let mut driver = driver;
+        driver.boot(&mut phys)?;
         match cfg.fragmentation.method {
             FragMethod::None => {}
             FragMethod::Fmfi => {
@@ -312,12 +353,16 @@ impl<D: Driver> Os<D> {
             cost: OsCost::default(),
             stats: OsStats::default(),
             pending: Vec::new(),
+            pending_flush: Vec::new(),
+            now: 0.0,
             cfg: cfg.clone(),
             giga_pool,
             pools,
             next_khugepaged: cfg.khugepaged.sleep_ms,
             khuge_cursor: (0, 0),
             stale_wc: Vec::new(),
+            busy: IntMap::default(),
+            resident: VecDeque::new(),
         })
     }
 
@@ -331,7 +376,15 @@ impl<D: Driver> Os<D> {
         let asid = self.procs.len() as u16;
         self.cost.set_path(Path::Other);
         let space = self.driver.create_space(asid, &mut TdbEnv { phys: &mut self.phys, cost: &mut self.cost })?;
-        self.procs.push(Process { asid, vmas: BTreeMap::new(), space, truth: Truth::default(), next_mmap: MMAP_BASE, implicit });
+        self.procs.push(Process {
+            asid,
+            vmas: BTreeMap::new(),
+            space,
+            truth: Truth::default(),
+            next_mmap: MMAP_BASE,
+            implicit,
+            swapped: IntMap::default(),
+        });
         Ok(asid)
     }
 
@@ -411,6 +464,13 @@ impl<D: Driver> Os<D> {
         self.driver.side_lookup(&mut p.space, wc, asid, va, plan)
     }
 
+    /// Tells the driver what a timed walk found (see [`Driver::walk_observed`]).
+    #[inline]
+    pub fn walk_observed(&mut self, asid: u16, va: u64, t: Option<Translation>, dram_refs: u32) {
+        let p = &mut self.procs[asid as usize];
+        self.driver.walk_observed(&mut p.space, asid, va, t, dram_refs);
+    }
+
     /// Handles a page fault at `va`: maps the page (THP, 1 GiB pool or 4 KiB) through the
     /// translation API. Returns the new translation.
     pub fn fault(&mut self, asid: u16, va: u64) -> Result<Translation> {
@@ -421,6 +481,7 @@ impl<D: Driver> Os<D> {
         if let Some(o) = self.api(asid, Func::Lookup, |d, s, env| d.find(s, va, env)) {
             return Ok(Translation { pbase: o.pa, size: o.size }); // spurious: raced with another thread's fault
         }
+        let swapin = self.swap_in(asid, va);
         if vma.flags.huge == HugeAdvice::Giga {
             let base = PageSize::G1.align_down(va);
             if base >= vma.start && base + PageSize::G1.bytes() <= vma.end && self.driver.can_map(base, PageSize::G1).is_ok() {
@@ -439,24 +500,31 @@ impl<D: Driver> Os<D> {
                     self.stats.thp_fallback_driver += 1;
                 } else if !self.api(asid, Func::RangeCheck, |d, s, env| d.range_is_empty(s, base, base + PageSize::M2.bytes(), env)) {
                     self.stats.thp_fallback_range += 1;
-                } else if let Some(pfn) = self.alloc_huge() {
-                    self.install(asid, base, pfn.addr(), PageSize::M2, vma.prot)?;
-                    self.stats.faults_thp += 1;
-                    return Ok(Translation { pbase: pfn.addr(), size: PageSize::M2 });
+                } else if let Some(pa) = self.frame_for(asid, base, PageSize::M2, vma.flags)? {
+                    self.install(asid, base, pa, PageSize::M2, vma.prot)?;
+                    if swapin {
+                        self.stats.faults_swapin += 1;
+                    } else {
+                        self.stats.faults_thp += 1;
+                    }
+                    return Ok(Translation { pbase: pa, size: PageSize::M2 });
                 } else {
                     self.stats.thp_fallback_nomem += 1;
                 }
             }
         }
         let base = PageSize::K4.align_down(va);
-        let pfn = self.alloc_data(0).ok_or_else(|| Error::OutOfMemory(format!("4 KiB page for {va:#x}")))?;
-        self.install(asid, base, pfn.addr(), PageSize::K4, vma.prot)?;
-        if vma.flags.file_backed {
+        let pa =
+            self.frame_for(asid, base, PageSize::K4, vma.flags)?.ok_or_else(|| Error::OutOfMemory(format!("4 KiB page for {va:#x}")))?;
+        self.install(asid, base, pa, PageSize::K4, vma.prot)?;
+        if swapin {
+            self.stats.faults_swapin += 1;
+        } else if vma.flags.file_backed {
             self.stats.faults_file += 1;
         } else {
             self.stats.faults_4k += 1;
         }
-        Ok(Translation { pbase: pfn.addr(), size: PageSize::K4 })
+        Ok(Translation { pbase: pa, size: PageSize::K4 })
     }
 
     /// Allocates and zeroes a data block.
@@ -468,7 +536,7 @@ impl<D: Driver> Os<D> {
     }
 
     /// Allocates and zeroes a 2 MiB data page, from the THP pool first (`os.thp_pool`).
-    fn alloc_huge(&mut self) -> Option<Pfn> {
+    pub(super) fn alloc_huge(&mut self) -> Option<Pfn> {
         match self.pools.take_2m() {
             Some(pfn) => {
                 self.cost.add_to(Func::Alloc, Event::Page, 1);
@@ -483,10 +551,16 @@ impl<D: Driver> Os<D> {
         let o = TObj::new(va, pa, size, prot);
         self.api(asid, Func::Insert, |d, s, env| d.update(s, &o, env))?;
         self.procs[asid as usize].truth.insert(va, pa, size);
+        if self.cfg.swap.enabled && !self.driver.owns_frame(pa) {
+            self.resident.push_back((asid, va, size, pa));
+        }
         Ok(())
     }
 
     fn free_frame(&mut self, pa: u64, size: PageSize) -> Result<()> {
+        if self.driver.owns_frame(pa) {
+            return Ok(()); // the driver freed its slot when the translation was removed
+        }
         if size == PageSize::G1 && self.cfg.hugetlb_1g > 0 {
             self.giga_pool.push(Pfn::containing(pa));
             return Ok(());
@@ -561,8 +635,12 @@ impl<D: Driver> Os<D> {
         Ok(())
     }
 
-    /// Background work due at simulated time `now_ms`: khugepaged.
+    /// Background work due at simulated time `now_ms`: migrations the driver asked for, then
+    /// khugepaged.
     pub fn tick(&mut self, now_ms: f64) -> Result<()> {
+        let now = self.now;
+        self.busy.retain(|_, until| *until > now);
+        self.migrate_requested()?;
         if self.cfg.thp == ThpMode::Never || !self.cfg.khugepaged.enabled {
             return Ok(());
         }
@@ -630,9 +708,21 @@ impl<D: Driver> Os<D> {
         if huge || small.is_empty() || 512 - small.len() as u32 > self.cfg.khugepaged.max_ptes_none {
             return Ok(false);
         }
-        let Some(pfn) = self.pools.take_2m().or_else(|| self.phys.alloc(9)) else {
-            self.stats.promotion_failures += 1;
-            return Ok(false);
+        let flags = self.vma(asid, base).map(|v| v.flags).unwrap_or_default();
+        let pa = match self.placement(asid, base, PageSize::M2, flags) {
+            Placement::Buddy => match self.pools.take_2m().map(|p| p.addr()).or_else(|| self.phys.alloc(9).map(|p| p.addr())) {
+                Some(pa) => pa,
+                None => {
+                    self.stats.promotion_failures += 1;
+                    return Ok(false);
+                }
+            },
+            Placement::Frame { pa, evict } => {
+                if let Some(v) = evict {
+                    self.evict(v)?;
+                }
+                pa
+            }
         };
         self.cost.add_to(Func::Alloc, Event::Page, 1);
         self.cost.add_to(Func::Copy, Event::Page, small.len() as u64);
@@ -643,7 +733,7 @@ impl<D: Driver> Os<D> {
             self.free_frame(o.pa, o.size)?;
         }
         let prot = small[0].prot;
-        self.install(asid, base, pfn.addr(), PageSize::M2, prot)?;
+        self.install(asid, base, pa, PageSize::M2, prot)?;
         self.stats.promotions += 1;
         self.shootdown(asid, base, end);
         Ok(true)

@@ -15,6 +15,7 @@
 use crate::addr::{PageSize, Pfn};
 use crate::error::{Error, Result};
 use crate::os::phys::PhysMem;
+use crate::workload::MapFlags;
 
 /// Protection bits of a mapping.
 pub mod prot {
@@ -137,6 +138,8 @@ const EVENTS: usize = 5;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OsCost {
     counts: [[[u64; EVENTS]; FUNCS]; PATHS],
+    /// Latencies the OS waits for that are not counted events (page-copy DMA, swap I/O), per path.
+    fixed: [u64; PATHS],
     path: Option<Path>,
     func: Option<Func>,
 }
@@ -155,6 +158,24 @@ impl OsCost {
         let prev = self.func.replace(f);
         self.add(Event::Call, 1);
         prev
+    }
+
+    /// Sets the function subsequent work is charged to without counting a call (for customizable
+    /// hooks whose default does nothing, so designs that do not override them pay nothing).
+    #[inline]
+    pub fn charge_to(&mut self, f: Func) -> Option<Func> {
+        self.func.replace(f)
+    }
+
+    /// Adds `cycles` of latency the OS waits for (a DMA page copy, swap I/O) to the current path.
+    #[inline]
+    pub fn add_fixed_cycles(&mut self, cycles: u64) {
+        self.fixed[self.path.unwrap_or(Path::Other) as usize] += cycles;
+    }
+
+    /// Fixed latency cycles charged to `p` (see [`OsCost::add_fixed_cycles`]).
+    pub fn fixed_cycles(&self, p: Path) -> u64 {
+        self.fixed[p as usize]
     }
 
     /// Restores the function saved by [`OsCost::enter`].
@@ -206,7 +227,7 @@ impl OsCost {
 
     /// Cycles of all work on `p` under `costs`.
     pub fn cycles(&self, p: Path, costs: &OsCostModel) -> f64 {
-        Func::ALL.iter().map(|&f| self.func_cycles(p, f, costs)).sum()
+        Func::ALL.iter().map(|&f| self.func_cycles(p, f, costs)).sum::<f64>() + self.fixed[p as usize] as f64
     }
 
     /// Cycles of the work of `f` on `p` under `costs`.
@@ -229,6 +250,7 @@ impl OsCost {
     /// Adds every counter of `other` into `self`.
     pub fn merge(&mut self, other: &OsCost) {
         for p in 0..PATHS {
+            self.fixed[p] += other.fixed[p];
             for f in 0..FUNCS {
                 for e in 0..EVENTS {
                     self.counts[p][f][e] += other.counts[p][f][e];
@@ -304,6 +326,54 @@ impl TdbEnv<'_> {
     }
 }
 
+/// Where a page the OS moves out of a frame the driver needs goes ([`Evict::to`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvictTo {
+    /// A buddy-allocated frame (any address; Utopia's FlexSeg). Swap if there is none and swap is on.
+    Buddy,
+    /// The swap device (a design with no flexible mapping, e.g. restrictive-only).
+    Swap,
+}
+
+/// A page that occupies the frame a [`Placement::Frame`] names and must be moved out first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Evict {
+    /// Address space of the victim.
+    pub asid: u16,
+    /// Its virtual base.
+    pub va: u64,
+    /// Its size.
+    pub size: PageSize,
+    /// Where it goes.
+    pub to: EvictTo,
+}
+
+/// Where the OS should put a page ([`Tdb::place`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Any frame from the buddy allocator (the default, and every flexible design).
+    Buddy,
+    /// This frame (chosen by the driver, e.g. a way of the set a VPN hashes to); if a page holds it,
+    /// the OS moves `evict` out first (migration or swap-out, with its costs).
+    Frame {
+        /// Physical base of the frame (aligned to the page size).
+        pa: u64,
+        /// The page that holds it now, if any.
+        evict: Option<Evict>,
+    },
+}
+
+/// A page the driver asks the OS to place again ([`Tdb::take_migrations`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MigrationRequest {
+    /// Address space.
+    pub asid: u16,
+    /// Virtual base of the page.
+    pub va: u64,
+    /// Its size.
+    pub size: PageSize,
+}
+
 /// The translation database: one per address space, implemented by each MMU driver.
 ///
 /// `Space` is the per-address-space state (its page table, hash tables, ...); the driver object
@@ -351,6 +421,33 @@ pub trait Tdb {
 
     /// Bytes of simulated memory holding this space's translation structures.
     fn table_bytes(&self, s: &Self::Space) -> u64;
+
+    /// Called once while the OS boots, before memory is fragmented: reserves the physical memory
+    /// the design manages itself (Utopia's RestSegs). Customizable; default: nothing.
+    fn boot(&mut self, _phys: &mut PhysMem) -> Result<()> {
+        Ok(())
+    }
+
+    /// Chooses the frame for a page of `size` at `va` that the OS is about to map (page fault,
+    /// promotion) or is moving because [`Tdb::take_migrations`] asked. Customizable; default:
+    /// [`Placement::Buddy`]. Work is charged to allocation.
+    fn place(&mut self, _s: &mut Self::Space, _asid: u16, _va: u64, _size: PageSize, _flags: MapFlags, _env: &mut TdbEnv) -> Placement {
+        Placement::Buddy
+    }
+
+    /// Whether the frame at `pa` lies in memory the driver reserved at [`Tdb::boot`]: the OS never
+    /// returns such a frame to the buddy allocator (the driver frees its slot in `remove`).
+    /// Customizable; default: false.
+    fn owns_frame(&self, _pa: u64) -> bool {
+        false
+    }
+
+    /// Pages the driver wants the OS to place again (Utopia's PTW-tracking migration into a RestSeg);
+    /// the OS asks at every epoch and moves each page to the frame [`Tdb::place`] then chooses.
+    /// Customizable; default: none.
+    fn take_migrations(&mut self) -> Vec<MigrationRequest> {
+        Vec::new()
+    }
 }
 
 /// The generic range mapping, built on `update` only: one insertion per page.

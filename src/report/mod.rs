@@ -81,6 +81,12 @@ pub fn metrics(r: &RunOutput) -> Vec<Metric> {
     add("thp_fallbacks", (r.os.thp_fallback_range + r.os.thp_fallback_nomem + r.os.thp_fallback_driver) as f64, "faults");
     add("promotions", r.os.promotions as f64, "collapses");
     add("shootdowns", r.os.shootdowns as f64, "shootdowns");
+    add("page_migrations", r.os.migrations as f64, "pages");
+    add("page_evictions", r.os.evictions as f64, "pages");
+    add("migration_stall_cycles", r.os.migration_stall_cycles as f64, "cycles");
+    add("page_faults_swapin", r.os.faults_swapin as f64, "faults");
+    add("swap_outs", r.os.swap_outs as f64, "4K pages");
+    add("swap_ins", r.os.swap_ins as f64, "4K pages");
     for f in Func::ALL {
         add(&format!("os_ops_fault_{}", f.name()), r.os_cost.ops(Path::Fault, f) as f64, "ops");
     }

@@ -24,7 +24,9 @@ fn sets(list: &[&str]) -> Vec<String> {
 
 const GUPS: &[&str] = &["workload.name=\"gups\"", "workload.params.table=4G", "workload.params.updates=2000000"];
 const BFS: &[&str] = &["workload.name=\"bfs\"", "workload.params.footprint=2G", "workload.params.max_accesses=4000000", "os.thp=always"];
-const SYSBENCH: &[&str] = &["workload.name=\"sysbench-mem\"", "workload.params.max_accesses=4000000"];
+// A large sequential block: EMT's 99.8 % PMD-level PWC hit rate is 511 of every 512 walks
+// hitting, i.e. a buffer swept page after page (the default 1 KiB block rewrites one buffer).
+const SYSBENCH: &[&str] = &["workload.name=\"sysbench-mem\"", "workload.params.block_size=1G", "workload.params.max_accesses=8000000"];
 
 fn runs() -> Vec<RunSpec> {
     let with = |base: &[&str], extra: &[&str]| {

@@ -148,10 +148,14 @@ pub fn run(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], progress: boo
         DriverKind::Ecpt => run_with::<arch::ecpt::Ecpt>(design, cfg, traces, progress),
         DriverKind::PomTlb => run_with::<arch::pomtlb::PomTlb>(design, cfg, traces, progress),
         DriverKind::Rmm => run_with::<arch::rmm::Rmm>(design, cfg, traces, progress),
+        DriverKind::Utopia => run_with::<arch::utopia::Utopia>(design, cfg, traces, progress),
     }
 }
 
-fn apply_shootdowns<D: Driver>(os: &mut Os<D>, cores: &mut [Core<D::WalkCache>]) {
+fn apply_shootdowns<D: Driver>(os: &mut Os<D>, cores: &mut [Core<D::WalkCache>], mem: &mut MemHierarchy) {
+    for (pa, bytes) in os.pending_flush.drain(..) {
+        mem.flush_range(pa, bytes);
+    }
     for sd in os.pending.drain(..) {
         for c in cores.iter_mut() {
             if sd.tlb {
@@ -188,7 +192,7 @@ fn run_with<D: Driver>(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], s
             streams.push(Stream { proc: p, thread: 0, asid, buf: vec![Access::default(); BATCH], pos: 0, len: 0, done: false });
         }
     }
-    os.pending.clear(); // no TLB holds anything yet
+    os.settle(); // no TLB or cache holds anything yet
     let mut cores: Vec<Core<D::WalkCache>> = (0..cfg.cores)
         .map(|_| Core {
             tlbs: Tlbs::new(&cfg.mmu),
@@ -237,14 +241,14 @@ fn run_with<D: Driver>(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], s
             }
             if st.pos == st.len {
                 refill(st, &mut sources, &mut eng.os)?;
-                apply_shootdowns(&mut eng.os, &mut cores);
+                apply_shootdowns(&mut eng.os, &mut cores, &mut eng.mem);
                 continue;
             }
             let a = st.buf[st.pos];
             st.pos += 1;
             step(&mut eng, core, c, &a)?;
             if !eng.os.pending.is_empty() {
-                apply_shootdowns(&mut eng.os, &mut cores);
+                apply_shootdowns(&mut eng.os, &mut cores, &mut eng.mem);
             }
             let core = &mut cores[c];
             core.quantum_left -= a.instrs as i64;
@@ -267,11 +271,12 @@ fn run_with<D: Driver>(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], s
             eng.mem.sample_epoch();
             let now_ms = cores.iter().map(|c| c.cycles).fold(0.0, f64::max) * ms_per_cycle;
             let before = eng.os.cycles(OsPath::Promote);
+            eng.os.now = cores.iter().map(|c| c.cycles).fold(0.0, f64::max);
             eng.os.tick(now_ms)?;
             // Background OS work is reported as os_cycles of core 0 but not added to any core's
             // runtime: khugepaged runs on an otherwise idle CPU (docs/os-model.md).
             cores[0].stats.os_cycles += eng.os.cycles(OsPath::Promote) - before;
-            apply_shootdowns(&mut eng.os, &mut cores);
+            apply_shootdowns(&mut eng.os, &mut cores, &mut eng.mem);
             if !warm && total >= cfg.sim.warmup_accesses {
                 warm = true;
                 for c in cores.iter_mut() {
@@ -476,47 +481,46 @@ fn translate<D: Driver, T: TimingModel>(
         return Ok((t, l2lat));
     }
     core.stats.tlb.l2_misses += 1;
-    // The side structure, if the design has one, runs beside the L2 TLB (or after its miss).
-    let mut l2lat = l2lat;
-    if D::HAS_SIDE {
-        eng.plan.clear();
-        eng.plan.checked = eng.checked;
-        let r = eng.os.side_lookup(asid, &mut core.wc, va, &mut eng.plan);
-        if let Some(v) = eng.plan.violation {
-            return Err(Error::Check(format!("side lookup of ASID {asid} va {va:#x}: {v}")));
-        }
-        let sl = time_walk(&eng.plan, &mut eng.mem, cid, eng.entry, &mut core.stats.side);
-        l2lat = if eng.side_parallel { l2lat.max(sl) } else { l2lat + sl };
-        if let Some(t) = r {
-            if eng.checked {
-                check(eng, core, asid, va, t, "side lookup")?;
-            }
-            core.stats.side_hits += 1;
-            core.stats.tlb.l1_misses_by_size[t.size.index()] += 1;
-            core.tlbs.l2.insert(asid, va, t);
-            fill_l1(&mut core.tlbs, asid, va, t, fetch);
-            return Ok((t, l2lat));
-        }
-    }
     let mut cycles = 0u32;
     let mut first = true;
+    // After a page fault the access is replayed from the L2 TLB miss: side lookup, then walk.
     loop {
+        // The side structure, if the design has one, runs beside the L2 TLB (or after its miss).
+        let mut before_walk = if first { l2lat } else { 0 };
+        if D::HAS_SIDE {
+            eng.plan.clear();
+            eng.plan.checked = eng.checked;
+            let r = eng.os.side_lookup(asid, &mut core.wc, va, &mut eng.plan);
+            if let Some(v) = eng.plan.violation {
+                return Err(Error::Check(format!("side lookup of ASID {asid} va {va:#x}: {v}")));
+            }
+            let sl = time_walk(&eng.plan, &mut eng.mem, cid, eng.entry, &mut core.stats.side);
+            before_walk = if first && !eng.side_parallel { l2lat + sl } else { before_walk.max(sl) };
+            if let Some(t) = r {
+                if eng.checked {
+                    check(eng, core, asid, va, t, "side lookup")?;
+                }
+                core.stats.side_hits += 1;
+                core.stats.tlb.l1_misses_by_size[t.size.index()] += 1;
+                core.tlbs.l2.insert(asid, va, t);
+                fill_l1(&mut core.tlbs, asid, va, t, fetch);
+                let stall = eng.os.migration_stall(asid, va, t, core.cycles);
+                return Ok((t, cycles + before_walk + stall));
+            }
+        }
         eng.plan.clear();
         eng.plan.checked = eng.checked;
         let r = eng.os.walk(asid, &mut core.wc, va, &mut eng.plan);
         if let Some(v) = eng.plan.violation {
             return Err(Error::Check(format!("walk of ASID {asid} va {va:#x}: {v}")));
         }
+        let dram_before = core.stats.walk.refs_by_level[Level::Dram as usize];
         let wl = time_walk(&eng.plan, &mut eng.mem, cid, eng.entry, &mut core.stats.walk);
-        cycles += if first {
-            if eng.parallel_walk {
-                wl.max(l2lat)
-            } else {
-                wl + l2lat
-            }
-        } else {
-            wl
-        };
+        if D::OBSERVES_WALKS {
+            let dram = (core.stats.walk.refs_by_level[Level::Dram as usize] - dram_before) as u32;
+            eng.os.walk_observed(asid, va, r, dram);
+        }
+        cycles += if first && eng.parallel_walk { wl.max(before_walk) } else { wl + before_walk };
         first = false;
         match r {
             Some(t) => {
@@ -527,7 +531,8 @@ fn translate<D: Driver, T: TimingModel>(
                 core.stats.tlb.l2_misses_by_size[t.size.index()] += 1;
                 core.tlbs.l2.insert(asid, va, t);
                 fill_l1(&mut core.tlbs, asid, va, t, fetch);
-                return Ok((t, cycles));
+                let stall = eng.os.migration_stall(asid, va, t, core.cycles);
+                return Ok((t, cycles + stall));
             }
             None => {
                 fault(eng, core, asid, va)?;
@@ -539,6 +544,7 @@ fn translate<D: Driver, T: TimingModel>(
 /// Takes a page fault: the OS maps the page; its work is charged to this core.
 fn fault<D: Driver, T: TimingModel>(eng: &mut Engine<D, T>, core: &mut Core<D::WalkCache>, asid: u16, va: u64) -> Result<Translation> {
     let before = eng.os.cycles(OsPath::Fault);
+    eng.os.now = core.cycles;
     let t = eng.os.fault(asid, va)?;
     let os = eng.os.cycles(OsPath::Fault) - before + eng.trap_cycles;
     core.stats.faults += 1;

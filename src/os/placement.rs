@@ -1,0 +1,252 @@
+//! Driver-directed placement (Utopia's RestSegs and the like), moving pages between frames, and
+//! swapping: the OS side of [`crate::os::tapi::Tdb::place`], `owns_frame` and `take_migrations`.
+//! See docs/os-model.md.
+
+use super::tapi::{Event, Evict, EvictTo, Func, Path, Placement, TdbEnv};
+use super::Os;
+use crate::addr::{bytes_serde, PageSize};
+use crate::arch::Driver;
+use crate::error::{Error, Result};
+use crate::mmu::walk::Translation;
+use crate::workload::MapFlags;
+
+/// Moving a page between frames when the driver chooses where pages live ([`super::tapi::Tdb::place`]).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MigrationConfig {
+    /// Cycles to copy 4 KiB by DMA (Utopia Table 1: 2 full DRAM row reads/writes ≈ 1000 cycles).
+    /// Charged to the OS path that moved the page, and the page is locked that long: an access
+    /// that translates it meanwhile stalls until the copy ends.
+    pub copy_cycles: f64,
+}
+
+impl Default for MigrationConfig {
+    fn default() -> Self {
+        MigrationConfig { copy_cycles: 1000.0 }
+    }
+}
+
+/// A swap device: when memory runs out (or a restrictive design has no room for a page), pages
+/// are written out and faulted back in.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SwapConfig {
+    /// Swap at all (off: running out of memory is an error).
+    pub enabled: bool,
+    /// Cycles per 4 KiB swapped in or out (≈ 20 µs NVMe page I/O at 2.6 GHz; an estimate).
+    pub page_cycles: f64,
+    /// Free memory the OS keeps by swapping out (a low watermark; page tables come from it).
+    #[serde(with = "bytes_serde")]
+    pub min_free: u64,
+}
+
+impl Default for SwapConfig {
+    fn default() -> Self {
+        SwapConfig { enabled: false, page_cycles: 52_000.0, min_free: 8 << 20 }
+    }
+}
+
+#[inline(always)]
+pub(super) fn busy_key(asid: u16, va: u64) -> u64 {
+    ((va >> 12) << 16) | asid as u64
+}
+
+impl<D: Driver> Os<D> {
+    /// Asks the driver where a page of `size` at `va` goes ([`super::tapi::Tdb::place`]), charged to
+    /// allocation without a call unless the driver does work.
+    pub(super) fn placement(&mut self, asid: u16, va: u64, size: PageSize, flags: MapFlags) -> Placement {
+        let prev = self.cost.charge_to(Func::Alloc);
+        let p = &mut self.procs[asid as usize];
+        let r = self.driver.place(&mut p.space, asid, va, size, flags, &mut TdbEnv { phys: &mut self.phys, cost: &mut self.cost });
+        self.cost.leave(prev);
+        r
+    }
+
+    /// A zeroed frame for a new page of `size` at `va`: the one the driver places it in (moving
+    /// out the page there first), or a buddy block (swapping pages out first if memory is low).
+    /// `None` if the buddy allocator has no block of that order.
+    pub(super) fn frame_for(&mut self, asid: u16, va: u64, size: PageSize, flags: MapFlags) -> Result<Option<u64>> {
+        match self.placement(asid, va, size, flags) {
+            Placement::Buddy => {
+                self.reclaim(size.order())?;
+                // 2 MiB pages come from the fairness pool first (os.thp_pool), then the buddy allocator.
+                let pfn = if size == PageSize::M2 { self.alloc_huge() } else { self.alloc_data(size.order()) };
+                Ok(pfn.map(|p| p.addr()))
+            }
+            Placement::Frame { pa, evict } => {
+                if let Some(v) = evict {
+                    self.evict(v)?;
+                }
+                self.cost.add_to(Func::Alloc, Event::Page, 1);
+                self.cost.add_to(Func::Zero, Event::Page, size.base_pages());
+                Ok(Some(pa))
+            }
+        }
+    }
+
+    /// Moves `v` out of the frame the driver needs: to a buddy frame, or to swap.
+    pub(super) fn evict(&mut self, v: Evict) -> Result<()> {
+        let size = v.size;
+        if v.to == EvictTo::Buddy {
+            self.reclaim(size.order())?;
+            if let Some(pfn) = self.phys.alloc(size.order()) {
+                self.cost.add_to(Func::Alloc, Event::Page, 1);
+                self.relocate(v.asid, v.va, size, pfn.addr())?;
+                self.stats.evictions += 1;
+                return Ok(());
+            }
+            if size != PageSize::K4 && self.phys.free_pages() >= size.base_pages() {
+                // No free block that large: split the page into 4 KiB pages as it moves out.
+                let o = self
+                    .api(v.asid, Func::Remove, |d, s, env| d.remove(s, v.va, size, env))
+                    .ok_or_else(|| Error::Check(format!("evicting the {size} page at {:#x}: not mapped", v.va)))?;
+                self.procs[v.asid as usize].truth.remove(v.va, size);
+                let now = self.now;
+                let copy = self.cfg.migration.copy_cycles;
+                for i in 0..size.base_pages() {
+                    let pfn = self.phys.alloc(0).ok_or_else(|| Error::OutOfMemory("4 KiB frame while splitting an evicted page".into()))?;
+                    self.cost.add_to(Func::Alloc, Event::Page, 1);
+                    let va = v.va + i * 4096;
+                    self.install(v.asid, va, pfn.addr(), PageSize::K4, o.prot)?;
+                    self.busy.insert(busy_key(v.asid, va), now + copy * size.base_pages() as f64);
+                }
+                self.free_frame(o.pa, size)?;
+                self.shootdown(v.asid, v.va, v.va + size.bytes());
+                self.pending_flush.push((o.pa, size.bytes()));
+                self.cost.add_fixed_cycles((copy * size.base_pages() as f64) as u64);
+                self.stats.evictions += 1;
+                return Ok(());
+            }
+        }
+        if self.cfg.swap.enabled {
+            self.swap_out(v.asid, v.va, size)
+        } else {
+            Err(Error::OutOfMemory(format!("no frame for the {size} page at {:#x} of ASID {} moved out of its frame", v.va, v.asid)))
+        }
+    }
+
+    /// Moves the page at `va` to the frame at `to`: unmaps it, maps it there, frees the old frame,
+    /// shoots the page down, flushes the old frame's lines, charges the copy and locks the page
+    /// for the copy's duration.
+    fn relocate(&mut self, asid: u16, va: u64, size: PageSize, to: u64) -> Result<()> {
+        let o = self
+            .api(asid, Func::Remove, |d, s, env| d.remove(s, va, size, env))
+            .ok_or_else(|| Error::Check(format!("relocating the {size} page at {va:#x} of ASID {asid}: not mapped")))?;
+        self.procs[asid as usize].truth.remove(va, size);
+        self.install(asid, va, to, size, o.prot)?;
+        self.free_frame(o.pa, size)?;
+        self.shootdown(asid, va, va + size.bytes());
+        self.pending_flush.push((o.pa, size.bytes()));
+        let copy = self.cfg.migration.copy_cycles * size.base_pages() as f64;
+        self.cost.add_fixed_cycles(copy as u64);
+        self.busy.insert(busy_key(asid, va), self.now + copy);
+        Ok(())
+    }
+
+    /// Writes the page at `va` to swap and unmaps it.
+    fn swap_out(&mut self, asid: u16, va: u64, size: PageSize) -> Result<()> {
+        let o = self
+            .api(asid, Func::Remove, |d, s, env| d.remove(s, va, size, env))
+            .ok_or_else(|| Error::Check(format!("swapping out the {size} page at {va:#x} of ASID {asid}: not mapped")))?;
+        let p = &mut self.procs[asid as usize];
+        p.truth.remove(va, size);
+        p.swapped.insert(va >> 12, size);
+        self.free_frame(o.pa, size)?;
+        self.shootdown(asid, va, va + size.bytes());
+        self.pending_flush.push((o.pa, size.bytes()));
+        self.stats.swap_outs += size.base_pages();
+        self.cost.add_fixed_cycles((self.cfg.swap.page_cycles * size.base_pages() as f64) as u64);
+        Ok(())
+    }
+
+    /// If `va` lies in a swapped-out page, reads it back (counted and charged) and returns true;
+    /// the caller then maps it like a new page.
+    pub(super) fn swap_in(&mut self, asid: u16, va: u64) -> bool {
+        let p = &mut self.procs[asid as usize];
+        if p.swapped.is_empty() {
+            return false;
+        }
+        for size in [PageSize::K4, PageSize::M2] {
+            let key = size.align_down(va) >> 12;
+            if p.swapped.get(&key) == Some(&size) {
+                p.swapped.remove(&key);
+                self.stats.swap_ins += size.base_pages();
+                self.cost.add_fixed_cycles((self.cfg.swap.page_cycles * size.base_pages() as f64) as u64);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// With swap on, swaps out the oldest-mapped buddy pages (FIFO: the simulated walker sets no
+    /// accessed bits for a clock to read) until `min_free` plus a block of `order` is free.
+    fn reclaim(&mut self, order: u32) -> Result<()> {
+        if !self.cfg.swap.enabled {
+            return Ok(());
+        }
+        let want = self.cfg.swap.min_free / 4096 + (1 << order);
+        while self.phys.free_pages() < want {
+            let Some((asid, va, size, pa)) = self.resident.pop_front() else { break };
+            if self.procs[asid as usize].truth.lookup(va) == Some((pa, size)) {
+                self.swap_out(asid, va, size)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The cycles an access that just translated `va` (to `t`) at cycle `now` waits because the
+    /// OS is still copying that page; counted in the stats.
+    #[inline]
+    pub fn migration_stall(&mut self, asid: u16, va: u64, t: Translation, now: f64) -> u32 {
+        if self.busy.is_empty() {
+            return 0;
+        }
+        match self.busy.get(&busy_key(asid, t.size.align_down(va))) {
+            Some(&until) if until > now => {
+                let c = (until - now).ceil() as u64;
+                self.stats.migration_stall_cycles += c;
+                self.stats.migration_stalled_accesses += 1;
+                c as u32
+            }
+            _ => 0,
+        }
+    }
+
+    /// Forgets in-flight work left by setup (shootdowns, flushes, copy locks): no TLB or cache
+    /// holds anything yet when the measured run starts.
+    pub fn settle(&mut self) {
+        self.pending.clear();
+        self.pending_flush.clear();
+        self.busy.clear();
+    }
+
+    /// Moves the pages the driver asked for ([`super::tapi::Tdb::take_migrations`]) to the frames it
+    /// places them in; background work, charged to the promote path.
+    pub(super) fn migrate_requested(&mut self) -> Result<()> {
+        let reqs = self.driver.take_migrations();
+        if reqs.is_empty() {
+            return Ok(());
+        }
+        self.cost.set_path(Path::Promote);
+        for r in reqs {
+            let Some(p) = self.procs.get(r.asid as usize) else { continue };
+            let Some((pa, size)) = p.truth.lookup(r.va) else { continue };
+            if size != r.size || size.align_down(r.va) != r.va {
+                continue;
+            }
+            let flags = self.vma(r.asid, r.va).map(|v| v.flags).unwrap_or_default();
+            if let Placement::Frame { pa: to, evict } = self.placement(r.asid, r.va, size, flags) {
+                if to == pa {
+                    continue;
+                }
+                if let Some(v) = evict {
+                    self.evict(v)?;
+                }
+                self.cost.add_to(Func::Alloc, Event::Page, 1);
+                self.relocate(r.asid, r.va, size, to)?;
+                self.stats.migrations += 1;
+            }
+        }
+        Ok(())
+    }
+}
