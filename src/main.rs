@@ -216,7 +216,8 @@ fn bench(accesses: u64) -> Result<()> {
 fn trace_program(out: Option<PathBuf>, fetches: bool, max_accesses: u64, program: Vec<String>) -> Result<()> {
     use std::sync::atomic::Ordering;
     let out = out.unwrap_or_else(|| {
-        let name = std::path::Path::new(&program[0]).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
+        let name =
+            std::path::Path::new(&program[0]).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
         PathBuf::from(format!("{name}.xlt"))
     });
     let started = std::time::Instant::now();

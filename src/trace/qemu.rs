@@ -40,8 +40,8 @@ const KIND_THREAD_EXIT: u8 = 0x81;
 const KIND_END: u8 = 0x82;
 /// Records read from the pipe at a time.
 const CHUNK_RECORDS: usize = 1 << 16;
-/// Default [`Tracer::stall_limit`]: 4 Mi accesses, 128 MiB of queues.
-pub const STALL_LIMIT: usize = 4 << 20;
+/// Default [`Tracer::stall_limit`]: 2 Mi accesses, 64 MiB of queues.
+pub const STALL_LIMIT: usize = 2 << 20;
 /// What the stream is called in error messages.
 const STREAM: &str = "qemu plugin stream";
 /// The command that builds the plugin, for error messages.
@@ -102,7 +102,10 @@ pub fn find_plugin() -> Result<PathBuf> {
         return if p.is_file() {
             Ok(p)
         } else {
-            Err(not_found(&p.display().to_string(), &format!("(from XLATE_QEMU_PLUGIN) does not exist; build the plugin with {BUILD_HINT}")))
+            Err(not_found(
+                &p.display().to_string(),
+                &format!("(from XLATE_QEMU_PLUGIN) does not exist; build the plugin with {BUILD_HINT}"),
+            ))
         };
     }
     let cands = plugin_candidates();
@@ -110,7 +113,9 @@ pub fn find_plugin() -> Result<PathBuf> {
         let tried = cands.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
         not_found(
             "libxlate_trace.so",
-            &format!("the xlate QEMU plugin is not built (looked for {tried}); build it with {BUILD_HINT}, or point XLATE_QEMU_PLUGIN at it"),
+            &format!(
+                "the xlate QEMU plugin is not built (looked for {tried}); build it with {BUILD_HINT}, or point XLATE_QEMU_PLUGIN at it"
+            ),
         )
     })
 }
@@ -122,7 +127,9 @@ fn not_found(what: &str, msg: &str) -> Error {
 fn search_path(name: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false))
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false))
 }
 
 /// One guest thread's demultiplexed accesses.
@@ -179,17 +186,17 @@ impl Tracer {
         let Some(prog) = cmd.argv.first() else {
             return Err(Error::io("trace command", io::Error::new(io::ErrorKind::InvalidInput, "no program given")));
         };
-        let prog_path = if prog.contains('/') {
-            PathBuf::from(prog)
-        } else {
-            search_path(prog).ok_or_else(|| not_found(prog, "not found in PATH"))?
-        };
+        let prog_path =
+            if prog.contains('/') { PathBuf::from(prog) } else { search_path(prog).ok_or_else(|| not_found(prog, "not found in PATH"))? };
         if !prog_path.is_file() {
             return Err(not_found(prog, "no such program"));
         }
         let plugin_s = plugin.display().to_string();
         if plugin_s.contains(',') {
-            return Err(Error::io(plugin_s, io::Error::new(io::ErrorKind::InvalidInput, "QEMU cannot load a plugin whose path contains a comma")));
+            return Err(Error::io(
+                plugin_s,
+                io::Error::new(io::ErrorKind::InvalidInput, "QEMU cannot load a plugin whose path contains a comma"),
+            ));
         }
         let mut fds = [0i32; 2];
         // SAFETY: pipe2 writes two descriptors into the array.
@@ -223,7 +230,10 @@ impl Tracer {
                 match status {
                     Some(s) if !s.success() && t.records == 0 => Err(Error::io(
                         qemu.display().to_string(),
-                        io::Error::other(format!("exited with {} before the plugin streamed anything (see its message above): {e}", describe(s))),
+                        io::Error::other(format!(
+                            "exited with {} before the plugin streamed anything (see its message above): {e}",
+                            describe(s)
+                        )),
                     )),
                     _ => Err(e),
                 }
@@ -267,7 +277,10 @@ impl Tracer {
         }
         let h = &self.raw[self.pos..self.pos + RECORD_LEN];
         if h[..8] != MAGIC {
-            return Err(trace_err(0, format!("not an xlate QEMU plugin stream: expected magic XLQTRACE, found {:?}", String::from_utf8_lossy(&h[..8]))));
+            return Err(trace_err(
+                0,
+                format!("not an xlate QEMU plugin stream: expected magic XLQTRACE, found {:?}", String::from_utf8_lossy(&h[..8])),
+            ));
         }
         let word = |i: usize| u32::from_le_bytes(h[8 + 4 * i..12 + 4 * i].try_into().unwrap());
         let (version, rec_len, flags) = (word(0), word(1), word(2));
@@ -668,7 +681,9 @@ mod tests {
 
     #[test]
     fn malformed_streams() {
-        let err = |bytes: Vec<u8>| Tracer::open_stream(Box::new(io::Cursor::new(bytes))).and_then(|mut t| all_res(&mut t)).unwrap_err().to_string();
+        let err = |bytes: Vec<u8>| {
+            Tracer::open_stream(Box::new(io::Cursor::new(bytes))).and_then(|mut t| all_res(&mut t)).unwrap_err().to_string()
+        };
         fn all_res(t: &mut Tracer) -> Result<()> {
             let mut buf = vec![Access::default(); 4];
             while t.fill(&mut buf)? > 0 {}
