@@ -262,7 +262,9 @@ fn trace_program(out: Option<PathBuf>, fetches: bool, max_accesses: u64, program
     } else if end.stopped {
         eprintln!("xlate trace: interrupted; the trace holds what was recorded until then");
     } else {
-        if !end.complete {
+        if end.exec {
+            eprintln!("xlate trace: the program called execve; what it ran after that was not traced");
+        } else if !end.complete {
             eprintln!("xlate trace: warning: the plugin's stream ended without its end record (the program was killed?); the trace holds what arrived");
         }
         if let Some(s) = end.status.filter(|s| !s.success()) {

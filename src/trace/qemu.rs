@@ -38,6 +38,7 @@ pub const FLAG_FETCHES: u32 = 1;
 const KIND_THREAD_START: u8 = 0x80;
 const KIND_THREAD_EXIT: u8 = 0x81;
 const KIND_END: u8 = 0x82;
+const KIND_EXEC: u8 = 0x83;
 /// Records read from the pipe at a time.
 const CHUNK_RECORDS: usize = 1 << 16;
 /// Default [`Tracer::stall_limit`]: 2 Mi accesses, 64 MiB of queues.
@@ -147,6 +148,9 @@ pub struct TraceEnd {
     pub status: Option<ExitStatus>,
     /// The stream ended with the plugin's end record: nothing was lost.
     pub complete: bool,
+    /// The stream ended right after a thread called execve: the program replaced itself with
+    /// another one, which ran untraced.
+    pub exec: bool,
     /// Guest threads seen.
     pub threads: usize,
     /// The tracer was stopped before the program ended ([`Tracer::stop`]).
@@ -172,6 +176,8 @@ pub struct Tracer {
     queued: usize,
     eof: bool,
     ended: bool,
+    /// The last record was an execve notice.
+    exec: bool,
     stopped: bool,
     /// Queued accesses of other threads at which a thread with none is reported stalled.
     pub stall_limit: usize,
@@ -258,6 +264,7 @@ impl Tracer {
             queued: 0,
             eof: false,
             ended: false,
+            exec: false,
             stopped: false,
             stall_limit: STALL_LIMIT,
         }
@@ -369,6 +376,7 @@ impl Tracer {
         }
         let count_before = self.records;
         self.records += 1;
+        self.exec = kind == KIND_EXEC;
         let kind = match kind {
             0 => AccessKind::Load,
             1 => AccessKind::Store,
@@ -383,6 +391,7 @@ impl Tracer {
                 }
                 return Ok(None);
             }
+            KIND_EXEC => return Ok(None),
             KIND_END => {
                 if vaddr != count_before {
                     return Err(trace_err(at, format!("the plugin wrote {vaddr} records but {count_before} arrived: records were lost")));
@@ -390,7 +399,7 @@ impl Tracer {
                 self.ended = true;
                 return Ok(None);
             }
-            k => return Err(trace_err(at, format!("record {count_before}: unknown kind {k:#x} (expected 0-2 or 0x80-0x82)"))),
+            k => return Err(trace_err(at, format!("record {count_before}: unknown kind {k:#x} (expected 0-2 or 0x80-0x83)"))),
         };
         let t = match self.vcpu_thread.get(vcpu).copied().flatten() {
             Some(t) => t,
@@ -443,7 +452,7 @@ impl Tracer {
             Some(mut c) => Some(c.wait().map_err(|e| Error::io("qemu", e))?),
             None => None,
         };
-        Ok(TraceEnd { status, complete: self.ended, threads: self.threads.len(), stopped: self.stopped })
+        Ok(TraceEnd { status, complete: self.ended, exec: self.exec && self.eof, threads: self.threads.len(), stopped: self.stopped })
     }
 }
 

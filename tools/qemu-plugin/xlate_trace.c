@@ -16,7 +16,8 @@
  *   then records, 24 bytes each:
  *     u64 vaddr | u64 pc | u32 instrs | u16 vcpu | u8 size | u8 kind
  *   kind 0 load, 1 store, 2 fetch, 0x80 thread start, 0x81 thread exit,
- *   0x82 end of trace (vaddr = number of records written before it).
+ *   0x82 end of trace (vaddr = number of records written before it), 0x83 the thread calls
+ *   execve (if it succeeds the stream ends there: the new program runs outside QEMU).
  *
  * Plugin arguments (-plugin libxlate_trace.so,ARG=VAL,...):
  *   outfd=N      write to the inherited file descriptor N (a pipe, usually)
@@ -49,6 +50,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 #define KIND_THREAD_START 0x80
 #define KIND_THREAD_EXIT 0x81
 #define KIND_END 0x82
+#define KIND_EXEC 0x83
 #define MAX_VCPUS 4096
 #define LINE_SHIFT 6
 
@@ -77,7 +79,8 @@ static int out_fd = -1;
 static int broken;          /* a write failed or this is a forked child: record nothing more */
 static int want_fetches;
 static size_t buf_recs = 32768;
-static int64_t exit_syscall = -1; /* the target's thread-exit syscall number, if known */
+/* The target's syscall numbers of thread exit, execve and execveat (-1: unknown). */
+static int64_t exit_syscall = -1, execve_syscall = -1, execveat_syscall = -1;
 static uint64_t written;          /* records written so far (under out_lock) */
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -263,6 +266,12 @@ static void vcpu_syscall(qemu_plugin_id_t id, unsigned int vcpu_index, int64_t n
      * syscall (for the last thread, the atexit callback follows). */
     if (num == exit_syscall) {
         thread_exit(vcpus[vcpu_index], vcpu_index);
+    } else if (num == execve_syscall || num == execveat_syscall) {
+        /* A successful exec replaces QEMU without running the atexit callback: hand over this
+         * thread's records now. (Other threads' unflushed records die with them.) */
+        struct vcpu *v = vcpus[vcpu_index];
+        emit(v, vcpu_index, 0, 0, 0, 0, KIND_EXEC);
+        flush_vcpu(v);
     }
 }
 
@@ -297,19 +306,18 @@ static void forked_child(void)
     }
 }
 
-static int64_t exit_syscall_of(const char *target)
+static void syscalls_of(const char *target)
 {
     if (!strcmp(target, "x86_64")) {
-        return 60;
+        exit_syscall = 60, execve_syscall = 59, execveat_syscall = 322;
+    } else if (!strcmp(target, "aarch64") || !strcmp(target, "riscv64") || !strcmp(target, "riscv32") ||
+               !strcmp(target, "loongarch64")) {
+        exit_syscall = 93, execve_syscall = 221, execveat_syscall = 281;
+    } else if (!strcmp(target, "i386")) {
+        exit_syscall = 1, execve_syscall = 11, execveat_syscall = 358;
+    } else if (!strcmp(target, "arm")) {
+        exit_syscall = 1, execve_syscall = 11, execveat_syscall = 387;
     }
-    if (!strcmp(target, "aarch64") || !strcmp(target, "riscv64") || !strcmp(target, "riscv32") ||
-        !strcmp(target, "loongarch64")) {
-        return 93;
-    }
-    if (!strcmp(target, "i386") || !strcmp(target, "arm")) {
-        return 1;
-    }
-    return -1;
 }
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv)
@@ -364,7 +372,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
     /* Programs the guest execs run natively, outside QEMU: they must not hold the stream open. */
     fcntl(out_fd, F_SETFD, FD_CLOEXEC);
     pthread_atfork(NULL, NULL, forked_child);
-    exit_syscall = exit_syscall_of(info->target_name);
+    syscalls_of(info->target_name);
 
     uint32_t header[6];
     memcpy(header, "XLQTRACE", 8);
