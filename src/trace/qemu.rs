@@ -408,6 +408,45 @@ impl Tracer {
         Ok(Some((t, Access { cpu: t.min(u16::MAX as usize) as u16, asid: 0, ip: pc, vaddr, kind, size: size.clamp(1, 64), instrs })))
     }
 
+    /// The fast path of [`Tracer::fill`]: decodes the run of access records of known threads
+    /// at `pos` into `out`, stopping before anything else; returns how many.
+    #[inline]
+    fn decode_run(&mut self, out: &mut [Access]) -> usize {
+        if self.ended {
+            return 0;
+        }
+        let whole = (self.len - self.pos) / RECORD_LEN;
+        let recs = self.raw[self.pos..self.pos + whole * RECORD_LEN].chunks_exact(RECORD_LEN);
+        let mut n = 0;
+        for (r, slot) in recs.zip(out.iter_mut()) {
+            let kind = match r[23] {
+                0 => AccessKind::Load,
+                1 => AccessKind::Store,
+                2 => AccessKind::Fetch,
+                _ => break,
+            };
+            let vcpu = u16::from_le_bytes([r[20], r[21]]) as usize;
+            let Some(&Some(t)) = self.vcpu_thread.get(vcpu) else { break };
+            *slot = Access {
+                cpu: t.min(u16::MAX as usize) as u16,
+                asid: 0,
+                ip: u64::from_le_bytes(r[8..16].try_into().unwrap()),
+                vaddr: u64::from_le_bytes(r[0..8].try_into().unwrap()),
+                kind,
+                size: r[22].clamp(1, 64),
+                instrs: u32::from_le_bytes(r[16..20].try_into().unwrap()),
+            };
+            n += 1;
+        }
+        if n > 0 {
+            self.pos += n * RECORD_LEN;
+            self.offset += (n * RECORD_LEN) as u64;
+            self.records += n as u64;
+            self.exec = false;
+        }
+        n
+    }
+
     fn new_thread(&mut self, vcpu: usize) -> usize {
         if self.vcpu_thread.len() <= vcpu {
             self.vcpu_thread.resize(vcpu + 1, None);
@@ -503,9 +542,13 @@ impl AccessSource for Tracer {
         }
         loop {
             while n < buf.len() && self.len - self.pos >= RECORD_LEN {
-                if let Some((_, a)) = self.decode_one()? {
-                    buf[n] = a;
-                    n += 1;
+                n += self.decode_run(&mut buf[n..]);
+                if n < buf.len() && self.len - self.pos >= RECORD_LEN {
+                    // A control record, or an access of a thread not seen yet.
+                    if let Some((_, a)) = self.decode_one()? {
+                        buf[n] = a;
+                        n += 1;
+                    }
                 }
             }
             if n > 0 {
