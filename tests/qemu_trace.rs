@@ -243,6 +243,16 @@ fn run_simulates_a_live_program() {
 }
 
 #[test]
+fn trace_cmd_arguments_are_checked() {
+    for args in [&["run", "--trace-cmd"][..], &["run", "--", "/bin/true"], &["trace"], &["run", "--trace-fetches", "--", "/bin/true"]] {
+        let out = Command::new(xlate_bin()).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("required") || err.contains("requires"), "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn missing_plugin_is_a_clear_error() {
     let out = Command::new(xlate_bin())
         .args(["trace", "--out", "/nonexistent/x.xlt", "--", "/bin/true"])

@@ -230,8 +230,14 @@ impl Tracer {
         match t.start() {
             Ok(()) => Ok(t),
             Err(e) => {
-                // Say why QEMU failed (its own message is on stderr already).
-                let status = t.child.as_mut().and_then(|c| c.wait().ok());
+                // Say why QEMU failed (its own message is on stderr already). A QEMU still
+                // running after a malformed stream is stopped first.
+                let status = t.child.as_mut().and_then(|c| {
+                    if matches!(c.try_wait(), Ok(None)) && !t.eof {
+                        let _ = c.kill();
+                    }
+                    c.wait().ok()
+                });
                 t.child = None;
                 match status {
                     Some(s) if !s.success() && t.records == 0 => Err(Error::io(
@@ -496,9 +502,11 @@ impl Tracer {
 }
 
 impl Drop for Tracer {
+    /// A program whose stream was read to its end is about to exit and is waited for; one
+    /// abandoned earlier (the simulation stopped at its access limit) is killed.
     fn drop(&mut self) {
         if let Some(c) = &mut self.child {
-            if matches!(c.try_wait(), Ok(None)) {
+            if !self.eof && matches!(c.try_wait(), Ok(None)) {
                 let _ = c.kill();
             }
             let _ = c.wait();
