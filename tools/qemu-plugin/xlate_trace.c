@@ -82,6 +82,7 @@ static size_t buf_recs = 32768;
 /* The target's syscall numbers of thread exit, execve and execveat (-1: unknown). */
 static int64_t exit_syscall = -1, execve_syscall = -1, execveat_syscall = -1;
 static uint64_t written;          /* records written so far (under out_lock) */
+static int live_threads;          /* guest threads started and not exited (atomic) */
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Static facts about one instruction, packed into the callback's userdata pointer: bit 0 set,
@@ -245,6 +246,7 @@ static void vcpu_init(qemu_plugin_id_t id, unsigned int vcpu_index)
     v->icount = v->last = 0;
     v->n = 0;
     v->exited = 0;
+    __atomic_add_fetch(&live_threads, 1, __ATOMIC_RELAXED);
     emit(v, vcpu_index, 0, 0, 0, 0, KIND_THREAD_START);
     flush_vcpu(v);
 }
@@ -254,6 +256,7 @@ static void thread_exit(struct vcpu *v, unsigned vcpu_index)
     if (!v->exited) {
         emit(v, vcpu_index, 0, 0, 0, 0, KIND_THREAD_EXIT);
         v->exited = 1;
+        __atomic_sub_fetch(&live_threads, 1, __ATOMIC_RELAXED);
     }
     flush_vcpu(v);
 }
@@ -272,6 +275,10 @@ static void vcpu_syscall(qemu_plugin_id_t id, unsigned int vcpu_index, int64_t n
         struct vcpu *v = vcpus[vcpu_index];
         emit(v, vcpu_index, 0, 0, 0, 0, KIND_EXEC);
         flush_vcpu(v);
+    } else if (__atomic_load_n(&live_threads, __ATOMIC_RELAXED) > 1) {
+        /* With several threads, a system call may block (a lock, a join): hand over what this
+         * thread did so far, so the reader does not wait for records held back here. */
+        flush_vcpu(vcpus[vcpu_index]);
     }
 }
 
