@@ -149,8 +149,15 @@ pub fn run(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], progress: boo
 /// ([`AccessSource::threads`], which may grow during the run) is a stream of its own, the
 /// streams spread over the cores round-robin.
 pub fn run_inputs(design: &DesignEntry, cfg: &Config, inputs: &[TraceInput], progress: bool) -> Result<RunOutput> {
+    let sources = inputs.iter().map(|i| Ok((i.name(), trace::open_input(i)?))).collect::<Result<Vec<_>>>()?;
+    run_sources(design, cfg, sources, progress)
+}
+
+/// Like [`run_inputs`], with access sources the caller opened, each named for the results.
+/// With no sources the configured workload runs.
+pub fn run_sources(design: &DesignEntry, cfg: &Config, sources: Vec<(String, Box<dyn AccessSource>)>, progress: bool) -> Result<RunOutput> {
     match design.driver {
-        DriverKind::Radix => run_with::<arch::radix::Radix>(design, cfg, inputs, progress),
+        DriverKind::Radix => run_with::<arch::radix::Radix>(design, cfg, sources, progress),
     }
 }
 
@@ -163,7 +170,12 @@ fn apply_shootdowns<D: Driver>(os: &mut Os<D>, cores: &mut [Core<D::WalkCache>])
     }
 }
 
-fn run_with<D: Driver>(design: &DesignEntry, cfg: &Config, traces: &[TraceInput], show_progress: bool) -> Result<RunOutput> {
+fn run_with<D: Driver>(
+    design: &DesignEntry,
+    cfg: &Config,
+    traces: Vec<(String, Box<dyn AccessSource>)>,
+    show_progress: bool,
+) -> Result<RunOutput> {
     let started = Instant::now();
     let driver = D::from_config(cfg)?;
     let mut os = Os::boot(driver, &cfg.os, cfg.seed)?;
@@ -182,10 +194,9 @@ fn run_with<D: Driver>(design: &DesignEntry, cfg: &Config, traces: &[TraceInput]
             sources.push(Source::Workload(w));
         }
     } else {
-        workload_name = traces.iter().map(|t| t.name()).collect::<Vec<_>>().join(",");
-        for (p, input) in traces.iter().enumerate() {
+        workload_name = traces.iter().map(|t| t.0.clone()).collect::<Vec<_>>().join(",");
+        for (p, (_, src)) in traces.into_iter().enumerate() {
             let asid = os.spawn(true)?;
-            let src = trace::open_input(input)?;
             let threads = src.threads().max(1);
             for t in 0..threads {
                 streams.push(Stream { proc: p, thread: t, asid, buf: vec![Access::default(); BATCH], pos: 0, len: 0, done: false });
