@@ -70,15 +70,20 @@ if [ ! -s "$hdr_dir/qemu-plugin.h" ]; then
             awk 'BEGIN{RS=""; ORS="\n\n"} /(^|\n)Types:[^\n]*(^| )deb( |\n|$)/ {
                      sub(/Types:[^\n]*/, "Types: deb-src"); print }' "$f" >>"$tmp"
         done
-        # One-line sources.list entries.
+        # One-line sources.list entries: deb [opts] URI SUITE COMPONENTS...
         for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
             [ -e "$f" ] || continue
-            sed -n 's/^[[:space:]]*deb[[:space:]]/deb-src /p' "$f" | while read -r line; do
-                uri_suite="$(echo "$line" | sed 's/^deb-src \(\[[^]]*\] \)\{0,1\}//' | awk '{print $1; print $2}' | paste -sd' ')"
-                printf 'Types: deb-src\nURIs: %s\nSuites: %s\nComponents: %s\n\n' \
-                    "$(echo "$uri_suite" | cut -d' ' -f1)" "$(echo "$uri_suite" | cut -d' ' -f2)" \
-                    "$(echo "$line" | sed 's/^deb-src \(\[[^]]*\] \)\{0,1\}//' | cut -d' ' -f3-)" >>"$tmp"
-            done
+            awk '$1 == "deb" {
+                    i = 2; signed = ""
+                    if ($2 ~ /^\[/) {
+                        while (i <= NF) { o = $i; i++
+                            if (match(o, /signed-by=[^] ]*/)) signed = substr(o, RSTART + 10, RLENGTH - 10)
+                            if (o ~ /\]$/) break }
+                    }
+                    comps = ""; for (j = i + 2; j <= NF; j++) comps = comps (comps == "" ? "" : " ") $j
+                    printf "Types: deb-src\nURIs: %s\nSuites: %s\nComponents: %s\n", $i, $(i + 1), comps
+                    if (signed != "") printf "Signed-By: %s\n", signed
+                    printf "\n" }' "$f" >>"$tmp"
         done
         [ -s "$tmp" ] || die "found no apt 'deb' sources to mirror as deb-src"
         "${sudo_cmd[@]}" install -m 0644 "$tmp" "$list"
