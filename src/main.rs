@@ -22,6 +22,15 @@ struct RunOpts {
     /// Trace file(s) to run instead of a workload (native, ChampSim, lackey; .gz/.xz/.zst); one process each.
     #[arg(long, num_args = 1..)]
     trace: Vec<PathBuf>,
+    /// Simulate the program given after `--`, traced live under QEMU (no trace file); one stream per guest thread.
+    #[arg(long, requires = "program")]
+    trace_cmd: bool,
+    /// With --trace-cmd: also record instruction fetches.
+    #[arg(long, requires = "trace_cmd")]
+    trace_fetches: bool,
+    /// The program and its arguments for --trace-cmd.
+    #[arg(last = true, value_name = "PROGRAM ARGS", requires = "trace_cmd")]
+    program: Vec<String>,
     /// Machine preset (see `xlate presets`).
     #[arg(long, short)]
     preset: Option<String>,
@@ -104,6 +113,21 @@ enum Cmd {
         #[arg(long)]
         limit: Option<u64>,
     },
+    /// Trace a program under QEMU user mode into a native trace: xlate trace [--out F] -- PROGRAM ARGS...
+    Trace {
+        /// Output trace (native format, compressed inside); default PROGRAM-NAME.xlt.
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+        /// Also record instruction fetches (one per new 64-byte code line).
+        #[arg(long)]
+        fetches: bool,
+        /// Stop the program after this many accesses (bounds the file: under 1 byte per access).
+        #[arg(long, default_value_t = 200_000_000)]
+        max_accesses: u64,
+        /// The program and its arguments.
+        #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
+        program: Vec<String>,
+    },
     /// Convert a trace between formats (the output format follows its name: *.champsim[.gz|.xz] or native).
     TraceConvert {
         /// Input trace.
@@ -153,10 +177,15 @@ fn run_designs(names: &[String], opts: &RunOpts) -> Result<()> {
         }
         return Ok(());
     }
+    let mut inputs: Vec<trace::TraceInput> = opts.trace.iter().cloned().map(trace::TraceInput::Path).collect();
+    if opts.trace_cmd {
+        // Each design runs the program anew.
+        inputs.push(trace::TraceInput::Command(trace::qemu::TraceCommand { argv: opts.program.clone(), fetches: opts.trace_fetches }));
+    }
     let mut runs = Vec::new();
     let mut failure = None;
     for (d, c) in designs.iter().zip(&configs) {
-        match sim::run(d, c, &opts.trace, !opts.quiet) {
+        match sim::run_inputs(d, c, &inputs, !opts.quiet) {
             Ok(r) => {
                 let stop = r.interrupted;
                 runs.push(r);
@@ -197,6 +226,68 @@ fn bench(accesses: u64) -> Result<()> {
             r.setup_s,
             r.core.accesses as f64 / (r.wall_s - r.setup_s) / 1e6
         );
+    }
+    Ok(())
+}
+
+/// `xlate trace`: runs the program under QEMU and writes what it accesses as a native trace.
+fn trace_program(out: Option<PathBuf>, fetches: bool, max_accesses: u64, program: Vec<String>) -> Result<()> {
+    use std::sync::atomic::Ordering;
+    let out = out.unwrap_or_else(|| {
+        let name =
+            std::path::Path::new(&program[0]).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
+        PathBuf::from(format!("{name}.xlt"))
+    });
+    let started = std::time::Instant::now();
+    let mut tracer = trace::qemu::Tracer::spawn(&trace::qemu::TraceCommand { argv: program, fetches })?;
+    let mut sink = trace::create(&out, trace::Format::Native)?;
+    let mut buf = vec![trace::Access::default(); 4096];
+    let (mut total, mut instrs, mut counts) = (0u64, 0u64, [0u64; 3]);
+    let mut capped = false;
+    loop {
+        let want = (max_accesses - total).min(buf.len() as u64) as usize;
+        if want == 0 || sim::INTERRUPTED.load(Ordering::Relaxed) {
+            capped = want == 0;
+            tracer.stop();
+            break;
+        }
+        let n = trace::AccessSource::fill(&mut tracer, &mut buf[..want])?;
+        if n == 0 {
+            break;
+        }
+        for a in &buf[..n] {
+            sink.write(a)?;
+            instrs += a.instrs as u64;
+            counts[a.kind as usize] += 1;
+        }
+        total += n as u64;
+    }
+    sink.finish()?;
+    let secs = started.elapsed().as_secs_f64();
+    let end = tracer.finish()?;
+    let bytes = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+    eprintln!(
+        "xlate trace: {total} accesses ({} loads, {} stores, {} fetches), {instrs} instructions, {} thread(s) in {secs:.2} s ({:.2} M accesses/s)",
+        counts[0],
+        counts[1],
+        counts[2],
+        end.threads,
+        total as f64 / secs.max(1e-9) / 1e6
+    );
+    eprintln!("xlate trace: wrote {} ({bytes} bytes, {:.3} bytes/access)", out.display(), bytes as f64 / total.max(1) as f64);
+    if capped {
+        eprintln!("xlate trace: stopped the program at --max-accesses {max_accesses}");
+    } else if end.stopped {
+        eprintln!("xlate trace: interrupted; the trace holds what was recorded until then");
+    } else {
+        if end.exec {
+            eprintln!("xlate trace: the program called execve; what it ran after that was not traced");
+        } else if !end.complete {
+            eprintln!("xlate trace: warning: the plugin's stream ended without its end record (the program was killed?); the trace holds what arrived");
+        }
+        if let Some(s) = end.status.filter(|s| !s.success()) {
+            eprintln!("xlate trace: the program exited with {}", trace::qemu::describe(s));
+        }
     }
     Ok(())
 }
@@ -248,6 +339,7 @@ fn real_main() -> Result<()> {
             }
             Ok(())
         }
+        Cmd::Trace { out, fetches, max_accesses, program } => trace_program(out, fetches, max_accesses, program),
         Cmd::TraceInfo { file, limit } => {
             let mut src = trace::open(&file)?;
             let info = trace::info(src.as_mut(), limit)?;

@@ -20,7 +20,7 @@ use crate::mmu::{time_walk, TlbStats, Tlbs, WalkStats, WalkerEntry};
 use crate::os::tapi::Path as OsPath;
 use crate::os::{Os, ProcVm};
 use crate::timing::{Additive, TimingModel};
-use crate::trace::{self, Access, AccessKind, AccessSource};
+use crate::trace::{self, Access, AccessKind, AccessSource, TraceInput};
 use crate::workload::{self, Workload};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +33,8 @@ pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 const BATCH: usize = 4096;
 /// Accesses a core runs before the scheduler picks the core furthest behind again.
 const CHUNK: usize = 256;
+/// How far past the next core a core whose only runnable thread is stalled moves its clock.
+const IDLE_CYCLES: f64 = 1000.0;
 
 /// Per-core counters.
 #[derive(Clone, Debug, Default)]
@@ -81,7 +83,8 @@ struct Stream {
 
 enum Source {
     Workload(Box<dyn Workload>),
-    Trace(Box<dyn AccessSource>),
+    /// A trace and how many of its threads have streams so far.
+    Trace(Box<dyn AccessSource>, usize),
 }
 
 struct Core<W> {
@@ -142,13 +145,29 @@ pub struct RunOutput {
 
 /// Runs `design` on the configured workload, or on `traces` (one process each) if given.
 pub fn run(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], progress: bool) -> Result<RunOutput> {
+    let inputs: Vec<TraceInput> = traces.iter().cloned().map(TraceInput::Path).collect();
+    run_inputs(design, cfg, &inputs, progress)
+}
+
+/// Like [`run`], with trace inputs that may also be programs traced while they run
+/// ([`TraceInput::Command`]). Each input is one process (address space); each of its threads
+/// ([`AccessSource::threads`], which may grow during the run) is a stream of its own, the
+/// streams spread over the cores round-robin.
+pub fn run_inputs(design: &DesignEntry, cfg: &Config, inputs: &[TraceInput], progress: bool) -> Result<RunOutput> {
+    let sources = inputs.iter().map(|i| Ok((i.name(), trace::open_input(i)?))).collect::<Result<Vec<_>>>()?;
+    run_sources(design, cfg, sources, progress)
+}
+
+/// Like [`run_inputs`], with access sources the caller opened, each named for the results.
+/// With no sources the configured workload runs.
+pub fn run_sources(design: &DesignEntry, cfg: &Config, sources: Vec<(String, Box<dyn AccessSource>)>, progress: bool) -> Result<RunOutput> {
     match design.driver {
-        DriverKind::Radix => run_with::<arch::radix::Radix>(design, cfg, traces, progress),
-        DriverKind::Fpt => run_with::<arch::fpt::Fpt>(design, cfg, traces, progress),
-        DriverKind::Ecpt => run_with::<arch::ecpt::Ecpt>(design, cfg, traces, progress),
-        DriverKind::PomTlb => run_with::<arch::pomtlb::PomTlb>(design, cfg, traces, progress),
-        DriverKind::Rmm => run_with::<arch::rmm::Rmm>(design, cfg, traces, progress),
-        DriverKind::Utopia => run_with::<arch::utopia::Utopia>(design, cfg, traces, progress),
+        DriverKind::Radix => run_with::<arch::radix::Radix>(design, cfg, sources, progress),
+        DriverKind::Fpt => run_with::<arch::fpt::Fpt>(design, cfg, sources, progress),
+        DriverKind::Ecpt => run_with::<arch::ecpt::Ecpt>(design, cfg, sources, progress),
+        DriverKind::PomTlb => run_with::<arch::pomtlb::PomTlb>(design, cfg, sources, progress),
+        DriverKind::Rmm => run_with::<arch::rmm::Rmm>(design, cfg, sources, progress),
+        DriverKind::Utopia => run_with::<arch::utopia::Utopia>(design, cfg, sources, progress),
     }
 }
 
@@ -166,7 +185,12 @@ fn apply_shootdowns<D: Driver>(os: &mut Os<D>, cores: &mut [Core<D::WalkCache>],
     }
 }
 
-fn run_with<D: Driver>(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], show_progress: bool) -> Result<RunOutput> {
+fn run_with<D: Driver>(
+    design: &DesignEntry,
+    cfg: &Config,
+    traces: Vec<(String, Box<dyn AccessSource>)>,
+    show_progress: bool,
+) -> Result<RunOutput> {
     let started = Instant::now();
     let driver = D::from_config(cfg)?;
     let mut os = Os::boot(driver, &cfg.os, cfg.seed)?;
@@ -185,11 +209,14 @@ fn run_with<D: Driver>(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], s
             sources.push(Source::Workload(w));
         }
     } else {
-        workload_name = traces.iter().map(|t| t.display().to_string()).collect::<Vec<_>>().join(",");
-        for (p, path) in traces.iter().enumerate() {
+        workload_name = traces.iter().map(|t| t.0.clone()).collect::<Vec<_>>().join(",");
+        for (p, (_, src)) in traces.into_iter().enumerate() {
             let asid = os.spawn(true)?;
-            sources.push(Source::Trace(trace::open(path)?));
-            streams.push(Stream { proc: p, thread: 0, asid, buf: vec![Access::default(); BATCH], pos: 0, len: 0, done: false });
+            let threads = src.threads().max(1);
+            for t in 0..threads {
+                streams.push(Stream { proc: p, thread: t, asid, buf: vec![Access::default(); BATCH], pos: 0, len: 0, done: false });
+            }
+            sources.push(Source::Trace(src, threads));
         }
     }
     os.settle(); // no TLB or cache holds anything yet
@@ -229,6 +256,7 @@ fn run_with<D: Driver>(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], s
     let ms_per_cycle = 1.0 / (cfg.core.ghz * 1e6);
     while let Some(c) = next_core(&cores, &streams) {
         let mut n = 0;
+        let mut stalls = 0;
         while n < CHUNK && total < limit {
             let core = &mut cores[c];
             let sid = core.streams[core.cur];
@@ -240,8 +268,18 @@ fn run_with<D: Driver>(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], s
                 continue;
             }
             if st.pos == st.len {
-                refill(st, &mut sources, &mut eng.os)?;
+                let proc = st.proc;
+                let stalled = refill(st, &mut sources, &mut eng.os)?;
+                add_new_threads(proc, &mut sources, &mut streams, &mut cores);
                 apply_shootdowns(&mut eng.os, &mut cores, &mut eng.mem);
+                if stalled {
+                    // Every stream of the core may be stalled: after trying each once, idle.
+                    stalls += 1;
+                    let may_switch = stalls <= cores[c].streams.len();
+                    if !idle_stalled(c, &mut cores, &streams, cfg, may_switch) {
+                        break;
+                    }
+                }
                 continue;
             }
             let a = st.buf[st.pos];
@@ -342,18 +380,57 @@ fn switch_stream<W>(core: &mut Core<W>, streams: &[Stream], _cfg: &Config) -> bo
     false
 }
 
-fn refill<D: Driver>(st: &mut Stream, sources: &mut [Source], os: &mut Os<D>) -> Result<()> {
-    let n = match &mut sources[st.proc] {
-        Source::Workload(w) => w.fill(st.thread, &mut st.buf, &mut ProcVm { os, asid: st.asid })?,
-        Source::Trace(t) => t.fill(&mut st.buf)?,
+/// Refills the stream's buffer; returns true if the stream is stalled: it got nothing but has
+/// not ended (a traced program's thread that is blocked).
+fn refill<D: Driver>(st: &mut Stream, sources: &mut [Source], os: &mut Os<D>) -> Result<bool> {
+    let (n, ended) = match &mut sources[st.proc] {
+        Source::Workload(w) => (w.fill(st.thread, &mut st.buf, &mut ProcVm { os, asid: st.asid })?, true),
+        Source::Trace(t, _) => {
+            let n = t.fill_thread(st.thread, &mut st.buf)?;
+            (n, n > 0 || t.thread_done(st.thread))
+        }
     };
     for a in &mut st.buf[..n] {
         a.asid = st.asid;
     }
     st.pos = 0;
     st.len = n;
-    st.done = n == 0;
-    Ok(())
+    st.done = n == 0 && ended;
+    Ok(n == 0 && !ended)
+}
+
+/// Gives each thread that trace source `proc` started since it was last asked a stream of its
+/// own, in the same address space, on the next core round-robin.
+fn add_new_threads<W>(proc: usize, sources: &mut [Source], streams: &mut Vec<Stream>, cores: &mut [Core<W>]) {
+    let Source::Trace(src, known) = &mut sources[proc] else { return };
+    let asid = streams.iter().find(|s| s.proc == proc).map(|s| s.asid).expect("a trace source has a stream");
+    while *known < src.threads() {
+        let i = streams.len();
+        streams.push(Stream { proc, thread: *known, asid, buf: vec![Access::default(); BATCH], pos: 0, len: 0, done: false });
+        cores[i % cores.len()].streams.push(i);
+        *known += 1;
+    }
+}
+
+/// Core `c`'s current stream is stalled: switch to another of its streams that can run, or else
+/// let the core idle until just after the next core in simulated time, so the threads that
+/// have work run meanwhile. Returns true if the core can keep running (it switched).
+fn idle_stalled<W>(c: usize, cores: &mut [Core<W>], streams: &[Stream], cfg: &Config, may_switch: bool) -> bool {
+    let core = &mut cores[c];
+    let stalled = core.cur;
+    if may_switch && switch_stream(core, streams, cfg) && core.cur != stalled {
+        return true;
+    }
+    let next = cores
+        .iter()
+        .enumerate()
+        .filter(|&(i, k)| i != c && k.streams.iter().any(|&s| !streams[s].done))
+        .map(|(_, k)| k.cycles)
+        .fold(f64::INFINITY, f64::min);
+    if next.is_finite() {
+        cores[c].cycles = cores[c].cycles.max(next + IDLE_CYCLES);
+    }
+    false
 }
 
 fn merge_core(a: &mut CoreStats, b: &CoreStats) {

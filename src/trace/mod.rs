@@ -6,6 +6,7 @@ mod access;
 pub mod champsim;
 pub mod lackey;
 pub mod native;
+pub mod qemu;
 mod stream;
 #[cfg(test)]
 mod testutil;
@@ -17,7 +18,7 @@ use crate::error::{Error, Result};
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use stream::Compression;
 
 /// A stream of accesses read from somewhere. Batch-oriented so the simulator pays one dynamic
@@ -29,6 +30,61 @@ pub trait AccessSource {
     /// Total instructions if the format records it (native header).
     fn total_instrs(&self) -> Option<u64> {
         None
+    }
+    /// Threads (separate access streams of one address space) produced so far, numbered from 0.
+    /// Files hold one stream; a traced program ([`qemu::Tracer`]) starts with one and grows as it
+    /// starts threads, so a consumer checks again after each [`AccessSource::fill_thread`].
+    fn threads(&self) -> usize {
+        1
+    }
+    /// Fills `buf` with the next accesses of `thread` (< [`AccessSource::threads`]) and returns
+    /// how many. 0 means the thread has ended if [`AccessSource::thread_done`] says so, or else
+    /// that it has nothing ready now (it is blocked in the real run): run other threads and ask
+    /// again. A source is read either with `fill` or with `fill_thread`, not both.
+    fn fill_thread(&mut self, thread: usize, buf: &mut [Access]) -> Result<usize> {
+        if thread == 0 {
+            self.fill(buf)
+        } else {
+            Ok(0)
+        }
+    }
+    /// After `fill_thread(thread, ..)` returned 0: whether the thread has ended (true) or is
+    /// only stalled (false).
+    fn thread_done(&self, _thread: usize) -> bool {
+        true
+    }
+}
+
+/// Where a simulated process's accesses come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TraceInput {
+    /// A trace file in any format [`open`] reads.
+    Path(PathBuf),
+    /// A program traced while it runs under QEMU ([`qemu::Tracer`]); one stream per guest thread.
+    Command(qemu::TraceCommand),
+}
+
+impl TraceInput {
+    /// How the input is named in results: the path, or `qemu:` and the command line.
+    pub fn name(&self) -> String {
+        match self {
+            TraceInput::Path(p) => p.display().to_string(),
+            TraceInput::Command(c) => format!("qemu:{}", c.argv.join(" ")),
+        }
+    }
+}
+
+impl From<PathBuf> for TraceInput {
+    fn from(p: PathBuf) -> TraceInput {
+        TraceInput::Path(p)
+    }
+}
+
+/// Opens `input`: a file with [`open`], a command by starting it under QEMU.
+pub fn open_input(input: &TraceInput) -> Result<Box<dyn AccessSource>> {
+    match input {
+        TraceInput::Path(p) => open(p),
+        TraceInput::Command(c) => Ok(Box::new(qemu::Tracer::spawn(c)?)),
     }
 }
 

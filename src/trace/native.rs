@@ -461,7 +461,10 @@ impl AccessSource for Reader {
 pub struct Writer {
     path: String,
     enc: zstd::stream::write::Encoder<'static, BufWriter<File>>,
-    chunk: Vec<u8>,
+    /// Encoded records not yet handed to zstd: `chunk[..used]`. Records are encoded in place
+    /// (a small copy per record costs more than the encoding).
+    chunk: Box<[u8]>,
+    used: usize,
     prev: Prev,
     records: u64,
     instrs: u64,
@@ -487,24 +490,31 @@ impl Writer {
         let mut enc = zstd::stream::write::Encoder::new(w, ZSTD_LEVEL).map_err(|e| Error::io(&p, e))?;
         // The frame checksum makes a corrupted body an error instead of wrong accesses.
         enc.include_checksum(true).map_err(|e| Error::io(&p, e))?;
-        Ok(Writer { path: p, enc, chunk: Vec::with_capacity(WRITE_CHUNK + MAX_RECORD_LEN), prev: Prev::default(), records: 0, instrs: 0 })
+        Ok(Writer {
+            path: p,
+            enc,
+            chunk: vec![0; WRITE_CHUNK + MAX_RECORD_LEN].into_boxed_slice(),
+            used: 0,
+            prev: Prev::default(),
+            records: 0,
+            instrs: 0,
+        })
     }
 
     fn flush_chunk(&mut self) -> Result<()> {
-        self.enc.write_all(&self.chunk).map_err(|e| Error::io(&self.path, e))?;
-        self.chunk.clear();
+        self.enc.write_all(&self.chunk[..self.used]).map_err(|e| Error::io(&self.path, e))?;
+        self.used = 0;
         Ok(())
     }
 }
 
 impl AccessSink for Writer {
     fn write(&mut self, a: &Access) -> Result<()> {
-        let mut rec = [0u8; MAX_RECORD_LEN];
-        let len = encode(&mut self.prev, a, &mut rec);
-        self.chunk.extend_from_slice(&rec[..len]);
+        let rec: &mut [u8; MAX_RECORD_LEN] = (&mut self.chunk[self.used..self.used + MAX_RECORD_LEN]).try_into().expect("chunk has room");
+        self.used += encode(&mut self.prev, a, rec);
         self.records += 1;
         self.instrs += a.instrs as u64;
-        if self.chunk.len() >= WRITE_CHUNK {
+        if self.used >= WRITE_CHUNK {
             self.flush_chunk()?;
         }
         Ok(())
