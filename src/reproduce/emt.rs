@@ -35,15 +35,15 @@ fn runs() -> Vec<RunSpec> {
         v
     };
     vec![
-        RunSpec { key: "gups-radix", design: "radix4", sets: sets(GUPS) },
-        RunSpec { key: "gups-ecpt", design: "ecpt", sets: sets(GUPS) },
-        RunSpec { key: "gups-fpt-l3l2", design: "fpt-l3l2", sets: sets(GUPS) },
-        RunSpec { key: "gups-fpt-l4l3-l2l1", design: "fpt-l4l3-l2l1", sets: sets(GUPS) },
-        RunSpec { key: "bfs-radix-thp", design: "radix4-thp", sets: sets(BFS) },
-        RunSpec { key: "bfs-ecpt-thp", design: "ecpt-thp", sets: sets(BFS) },
-        RunSpec { key: "bfs-ecpt-thp-generic", design: "ecpt-thp", sets: with(BFS, &["arch.ecpt.optimized_api=false"]) },
-        RunSpec { key: "sysbench-radix", design: "radix4", sets: sets(SYSBENCH) },
-        RunSpec { key: "sysbench-ecpt", design: "ecpt", sets: sets(SYSBENCH) },
+        RunSpec { key: "gups-radix".into(), design: "radix4", sets: sets(GUPS) },
+        RunSpec { key: "gups-ecpt".into(), design: "ecpt", sets: sets(GUPS) },
+        RunSpec { key: "gups-fpt-l3l2".into(), design: "fpt-l3l2", sets: sets(GUPS) },
+        RunSpec { key: "gups-fpt-l4l3-l2l1".into(), design: "fpt-l4l3-l2l1", sets: sets(GUPS) },
+        RunSpec { key: "bfs-radix-thp".into(), design: "radix4-thp", sets: sets(BFS) },
+        RunSpec { key: "bfs-ecpt-thp".into(), design: "ecpt-thp", sets: sets(BFS) },
+        RunSpec { key: "bfs-ecpt-thp-generic".into(), design: "ecpt-thp", sets: with(BFS, &["arch.ecpt.optimized_api=false"]) },
+        RunSpec { key: "sysbench-radix".into(), design: "radix4", sets: sets(SYSBENCH) },
+        RunSpec { key: "sysbench-ecpt".into(), design: "ecpt", sets: sets(SYSBENCH) },
     ]
 }
 
@@ -57,7 +57,7 @@ pub fn fault_kernel_work(r: &RunOutput) -> f64 {
         .sum()
 }
 
-fn work_ratio(runs: &BTreeMap<&'static str, RunOutput>, a: &str, b: &str) -> Option<f64> {
+fn work_ratio(runs: &BTreeMap<String, RunOutput>, a: &str, b: &str) -> Option<f64> {
     Some(fault_kernel_work(runs.get(a)?) / fault_kernel_work(runs.get(b)?))
 }
 

@@ -6,6 +6,7 @@
 //! interrupted study reports the findings whose runs finished.
 
 pub mod emt;
+pub mod utopia;
 
 use crate::arch;
 use crate::config::Layers;
@@ -18,7 +19,7 @@ use std::collections::BTreeMap;
 /// One simulation a study needs.
 pub struct RunSpec {
     /// Key findings use to refer to it.
-    pub key: &'static str,
+    pub key: String,
     /// Design name.
     pub design: &'static str,
     /// `--set` overrides (workload, its parameters, machine).
@@ -36,7 +37,7 @@ pub struct Finding {
     /// Unit of both values.
     pub unit: &'static str,
     /// Computes our value from the finished runs (None if a run it needs is missing).
-    pub ours: fn(&BTreeMap<&'static str, RunOutput>) -> Option<f64>,
+    pub ours: fn(&BTreeMap<String, RunOutput>) -> Option<f64>,
 }
 
 /// A paper's study.
@@ -54,7 +55,7 @@ pub struct Study {
 }
 
 /// Every study.
-pub static STUDIES: &[Study] = &[emt::STUDY];
+pub static STUDIES: &[Study] = &[emt::STUDY, utopia::STUDY];
 
 /// Finds a study.
 pub fn lookup(name: &str) -> Result<&'static Study> {
@@ -71,12 +72,12 @@ pub fn metric(r: &RunOutput, key: &str) -> f64 {
 }
 
 /// `a / b` of a metric across two runs.
-pub fn ratio(runs: &BTreeMap<&'static str, RunOutput>, a: &str, b: &str, key: &str) -> Option<f64> {
+pub fn ratio(runs: &BTreeMap<String, RunOutput>, a: &str, b: &str, key: &str) -> Option<f64> {
     Some(metric(runs.get(a)?, key) / metric(runs.get(b)?, key))
 }
 
 /// Relative change `a / b - 1` of a metric, in percent.
-pub fn change_pct(runs: &BTreeMap<&'static str, RunOutput>, a: &str, b: &str, key: &str) -> Option<f64> {
+pub fn change_pct(runs: &BTreeMap<String, RunOutput>, a: &str, b: &str, key: &str) -> Option<f64> {
     ratio(runs, a, b, key).map(|r| (r - 1.0) * 100.0)
 }
 
@@ -90,7 +91,7 @@ pub struct StudyOutput {
 
 /// Runs a study. `extra` are `--set` overrides applied to every run (e.g. a smaller scale).
 pub fn run(study: &Study, extra: &[String], progress: bool) -> Result<StudyOutput> {
-    let mut done: BTreeMap<&'static str, RunOutput> = BTreeMap::new();
+    let mut done: BTreeMap<String, RunOutput> = BTreeMap::new();
     let specs = (study.runs)();
     for (i, spec) in specs.iter().enumerate() {
         let design = arch::lookup(spec.design)?;
@@ -103,7 +104,7 @@ pub fn run(study: &Study, extra: &[String], progress: bool) -> Result<StudyOutpu
         let r = sim::run(design, &cfg, &[], progress)?;
         let stop = r.interrupted;
         if !stop {
-            done.insert(spec.key, r);
+            done.insert(spec.key.clone(), r);
         }
         if stop {
             break;

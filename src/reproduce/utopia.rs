@@ -1,0 +1,123 @@
+//! Utopia (Kanellopoulos et al., MICRO'23): five translation systems on the same machine.
+//!
+//! Scale: GUPS over a 4 GiB table (2 M updates) and BFS over a 2 GiB graph (4 M accesses), Utopia
+//! Table 1's machine (the defaults), THP always for every system as in Utopia's runs, and §7's
+//! fairness rule: radix, ECH and POM-TLB get 1 GiB more 2 MiB pages (`os.thp_pool`), RMM a 1 GiB
+//! contiguous block (`os.eager_pool`), matching the RestSegs' memory. Paper numbers are its
+//! averages over its workloads (`reference/parameters.md` and the seed's §8).
+
+use super::{metric, ratio, Finding, RunSpec, Study};
+use crate::sim::RunOutput;
+use std::collections::BTreeMap;
+
+/// The study.
+pub const STUDY: Study = Study {
+    name: "utopia",
+    description: "Utopia MICRO'23: radix, POM-TLB, ECH, RMM, Utopia and P-TLB on GUPS and BFS",
+    preset: "utopia-micro23",
+    runs,
+    findings,
+};
+
+const WORKLOADS: &[(&str, &[&str])] = &[
+    ("gups", &["workload.name=\"gups\"", "workload.params.table=4G", "workload.params.updates=2000000"]),
+    ("bfs", &["workload.name=\"bfs\"", "workload.params.footprint=2G", "workload.params.max_accesses=4000000"]),
+];
+
+/// (key suffix, design, extra settings): every system with THP always, plus §7's fairness pools.
+const SYSTEMS: &[(&str, &str, &[&str])] = &[
+    ("radix", "radix4-thp", &["os.thp_pool=1G"]),
+    ("pomtlb", "pomtlb", &["os.thp=always", "os.thp_pool=1G"]),
+    ("ech", "ech", &["os.thp=always", "os.thp_pool=1G"]),
+    ("rmm", "rmm", &["os.eager_pool=1G"]),
+    ("utopia", "utopia-thp", &[]),
+    ("ptlb", "ptlb", &[]),
+];
+
+fn runs() -> Vec<RunSpec> {
+    let mut v = Vec::new();
+    for (w, wsets) in WORKLOADS {
+        for (sys, design, extra) in SYSTEMS {
+            let mut sets: Vec<String> = wsets.iter().map(|s| s.to_string()).collect();
+            sets.extend(extra.iter().map(|s| s.to_string()));
+            v.push(RunSpec { key: format!("{w}-{sys}"), design, sets });
+        }
+    }
+    v
+}
+
+/// Geometric mean over the workloads of `f(workload)`.
+fn geomean(r: &BTreeMap<String, RunOutput>, f: impl Fn(&BTreeMap<String, RunOutput>, &str) -> Option<f64>) -> Option<f64> {
+    let vals: Option<Vec<f64>> = WORKLOADS.iter().map(|(w, _)| f(r, w)).collect();
+    let vals = vals?;
+    Some((vals.iter().map(|v| v.ln()).sum::<f64>() / vals.len() as f64).exp())
+}
+
+fn speedup(r: &BTreeMap<String, RunOutput>, sys: &str) -> Option<f64> {
+    geomean(r, |r, w| ratio(r, &format!("{w}-radix"), &format!("{w}-{sys}"), "cycles"))
+}
+
+fn mean_metric(r: &BTreeMap<String, RunOutput>, sys: &str, key: &str) -> Option<f64> {
+    let vals: Option<Vec<f64>> = WORKLOADS.iter().map(|(w, _)| r.get(&format!("{w}-{sys}")).map(|x| metric(x, key))).collect();
+    let vals = vals?;
+    Some(vals.iter().sum::<f64>() / vals.len() as f64)
+}
+
+fn findings() -> Vec<Finding> {
+    vec![
+        Finding { name: "speedup over radix: POM-TLB", paper: "1.03x", paper_value: Some(1.03), unit: "x", ours: |r| speedup(r, "pomtlb") },
+        Finding { name: "speedup over radix: ECH", paper: "1.08x", paper_value: Some(1.08), unit: "x", ours: |r| speedup(r, "ech") },
+        Finding { name: "speedup over radix: RMM", paper: "1.13x", paper_value: Some(1.13), unit: "x", ours: |r| speedup(r, "rmm") },
+        Finding { name: "speedup over radix: Utopia", paper: "1.24x", paper_value: Some(1.24), unit: "x", ours: |r| speedup(r, "utopia") },
+        Finding { name: "speedup over radix: P-TLB", paper: "1.30x", paper_value: Some(1.30), unit: "x", ours: |r| speedup(r, "ptlb") },
+        Finding {
+            name: "walk latency, radix",
+            paper: "137 cycles",
+            paper_value: Some(137.0),
+            unit: "cycles",
+            ours: |r| mean_metric(r, "radix", "walk_latency_avg"),
+        },
+        Finding {
+            name: "walk latency, ECH",
+            paper: "86 cycles",
+            paper_value: Some(86.0),
+            unit: "cycles",
+            ours: |r| mean_metric(r, "ech", "walk_latency_avg"),
+        },
+        Finding {
+            name: "page walks removed by Utopia vs radix",
+            paper: "-78 %",
+            paper_value: Some(-78.0),
+            unit: "%",
+            ours: |r| geomean(r, |r, w| ratio(r, &format!("{w}-utopia"), &format!("{w}-radix"), "walks")).map(|x| (x - 1.0) * 100.0),
+        },
+        Finding {
+            name: "PT share of L2 lines, radix",
+            paper: "33 %",
+            paper_value: Some(0.33),
+            unit: "fraction",
+            ours: |r| mean_metric(r, "radix", "pt_lines_fraction_l2"),
+        },
+        Finding {
+            name: "PT share of L2 lines, ECH",
+            paper: "57 %",
+            paper_value: Some(0.57),
+            unit: "fraction",
+            ours: |r| mean_metric(r, "ech", "pt_lines_fraction_l2"),
+        },
+        Finding {
+            name: "walk references served by DRAM, Utopia / radix",
+            paper: "fewer (Fig. 20)",
+            paper_value: None,
+            unit: "x",
+            ours: |r| geomean(r, |r, w| ratio(r, &format!("{w}-utopia"), &format!("{w}-radix"), "walk_refs_dram")),
+        },
+        Finding {
+            name: "DRAM row conflicts, Utopia / radix",
+            paper: "fewer (Fig. 21)",
+            paper_value: None,
+            unit: "x",
+            ours: |r| geomean(r, |r, w| ratio(r, &format!("{w}-utopia"), &format!("{w}-radix"), "dram_row_conflicts")),
+        },
+    ]
+}
