@@ -54,3 +54,21 @@ fn threads_share_one_address_space() {
     assert!(r.os.faults_4k < one.os.faults_4k + one.os.faults_4k / 20, "{} vs {}", r.os.faults_4k, one.os.faults_4k);
     assert_eq!(r.core.context_switches, 0);
 }
+
+/// A multiprogrammed mix: different workloads as separate processes on separate cores (and
+/// time-sharing when there are fewer cores), every design's structures shared or per process as
+/// the design says, checked against the ground truth.
+#[test]
+fn workload_mixes() {
+    let mix = "workload.mix=[{name=\"gups\", params={table=\"64M\", updates=\"50000\"}}, {name=\"bfs\", params={footprint=\"64M\", max_accesses=\"100000\"}}, {name=\"stream\", params={footprint=\"16M\"}}]";
+    for design in ["radix4", "utopia"] {
+        let r = run(design, &[mix, "cores=2", "sim.checked=true", "sim.quantum_instrs=50000"]);
+        assert_eq!(r.workload, "gups+bfs+stream");
+        assert!(r.core.accesses > 100_000 + 100_000);
+        assert!(r.core.context_switches > 0, "3 processes on 2 cores time-share");
+    }
+    let e = xlate::config::Layers { sets: vec!["workload.mix=[{name=\"gups\", wat=1}]".into()], ..Default::default() }
+        .resolve(None)
+        .unwrap_err();
+    assert!(e.to_string().contains("workload.mix"), "{e}");
+}

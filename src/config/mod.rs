@@ -44,11 +44,37 @@ pub struct WorkloadConfig {
     pub params: BTreeMap<String, String>,
     /// Independent processes each running the workload (own address space, seed + i).
     pub processes: usize,
+    /// A multiprogrammed mix: one process per entry, each its own workload and parameters
+    /// (replaces `name`/`params`/`processes` when not empty). Processes are spread over the cores
+    /// round-robin; with fewer cores than processes they time-share (`sim.quantum_instrs`).
+    pub mix: Vec<MixEntry>,
+}
+
+/// One process of a multiprogrammed mix.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MixEntry {
+    /// Built-in workload name.
+    pub name: String,
+    /// Its parameters, as text (`{ table = "1G" }`).
+    #[serde(default)]
+    pub params: BTreeMap<String, String>,
+}
+
+impl WorkloadConfig {
+    /// The (workload, parameters) of every process, in ASID order.
+    pub fn processes(&self) -> Vec<(&str, &BTreeMap<String, String>)> {
+        if self.mix.is_empty() {
+            (0..self.processes).map(|_| (self.name.as_str(), &self.params)).collect()
+        } else {
+            self.mix.iter().map(|m| (m.name.as_str(), &m.params)).collect()
+        }
+    }
 }
 
 impl Default for WorkloadConfig {
     fn default() -> Self {
-        WorkloadConfig { name: "gups".into(), params: BTreeMap::new(), processes: 1 }
+        WorkloadConfig { name: "gups".into(), params: BTreeMap::new(), processes: 1, mix: Vec::new() }
     }
 }
 

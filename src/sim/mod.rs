@@ -198,10 +198,12 @@ fn run_with<D: Driver>(
     let mut streams = Vec::new();
     let workload_name;
     if traces.is_empty() {
-        workload_name = cfg.workload.name.clone();
-        for p in 0..cfg.workload.processes {
+        let procs = cfg.workload.processes();
+        workload_name =
+            if cfg.workload.mix.is_empty() { cfg.workload.name.clone() } else { procs.iter().map(|p| p.0).collect::<Vec<_>>().join("+") };
+        for (p, (name, params)) in procs.into_iter().enumerate() {
             let asid = os.spawn(false)?;
-            let mut w = workload::build(&cfg.workload.name, &cfg.workload.params, cfg.seed.wrapping_add(p as u64))?;
+            let mut w = workload::build(name, params, cfg.seed.wrapping_add(p as u64))?;
             w.setup(&mut ProcVm { os: &mut os, asid })?;
             for t in 0..w.threads() {
                 streams.push(Stream { proc: p, thread: t, asid, buf: vec![Access::default(); BATCH], pos: 0, len: 0, done: false });
