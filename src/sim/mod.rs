@@ -476,10 +476,11 @@ fn step<D: Driver, T: TimingModel>(eng: &mut Engine<D, T>, core: &mut Core<D::Wa
     }
     let (t, tcycles) = translate(eng, core, cid, a.asid, a.vaddr, a.kind == AccessKind::Fetch)?;
     let (dlat, _) = eng.mem.access(cid, t.paddr(a.vaddr), false, a.kind == AccessKind::Store, Level::L1);
-    let cyc = eng.timing.access(a.instrs, tcycles, dlat);
-    core.cycles += cyc;
+    // One evaluation of the timing model per access, split so data stalls are reported.
+    let stall = eng.timing.data_stall(dlat);
+    core.cycles += eng.timing.compute(a.instrs, tcycles) + stall;
     core.stats.translation_cycles += tcycles as f64;
-    core.stats.data_cycles += cyc - eng.timing.access(a.instrs, tcycles, 0);
+    core.stats.data_cycles += stall;
     Ok(())
 }
 

@@ -18,9 +18,18 @@ use crate::config::Config;
 
 /// Turns one access's events into core cycles.
 pub trait TimingModel {
-    /// Cycles added by one access that retired `instrs` instructions, waited `translation` cycles
-    /// for its translation and `data` cycles for its data.
-    fn access(&self, instrs: u32, translation: u32, data: u32) -> f64;
+    /// Cycles of one access that are not data stalls: its `instrs` instructions and its
+    /// `translation` cycles.
+    fn compute(&self, instrs: u32, translation: u32) -> f64;
+
+    /// Exposed stall cycles of a data access that took `data` cycles.
+    fn data_stall(&self, data: u32) -> f64;
+
+    /// All cycles added by one access.
+    #[inline(always)]
+    fn access(&self, instrs: u32, translation: u32, data: u32) -> f64 {
+        self.compute(instrs, translation) + self.data_stall(data)
+    }
 }
 
 /// The additive model above.
@@ -46,8 +55,13 @@ impl Additive {
 
 impl TimingModel for Additive {
     #[inline(always)]
-    fn access(&self, instrs: u32, translation: u32, data: u32) -> f64 {
-        instrs as f64 * self.base_cpi + translation as f64 * self.exposure + data.saturating_sub(self.l1) as f64 * self.inv_mlp
+    fn compute(&self, instrs: u32, translation: u32) -> f64 {
+        instrs as f64 * self.base_cpi + translation as f64 * self.exposure
+    }
+
+    #[inline(always)]
+    fn data_stall(&self, data: u32) -> f64 {
+        data.saturating_sub(self.l1) as f64 * self.inv_mlp
     }
 }
 
