@@ -25,7 +25,27 @@ fn utopia_walks_less_than_radix4_on_scaled_gups() {
         radix.core.walk.walks
     );
     assert!(radix.cycles / utopia.cycles > 1.0, "speedup {}", radix.cycles / utopia.cycles);
+    // The paper's order: P-TLB >= Utopia > radix.
+    let ptlb = run("ptlb", GUPS);
+    assert!(ptlb.cycles <= utopia.cycles, "P-TLB {} vs Utopia {}", ptlb.cycles, utopia.cycles);
     assert!(d["tar_sf_bytes"].as_u64().unwrap() < d["radix_bytes_for_restseg_capacity"].as_u64().unwrap());
+}
+
+/// §7's parallel walk (the default) starts the FlexSeg walk beside the L2 TLB and the RSWs, so an
+/// RSW that misses adds nothing; with the walk after both (Fig. 17 read literally) it does.
+#[test]
+fn parallel_walk_hides_rsw_misses() {
+    let parallel = run("utopia", GUPS);
+    let mut serial_sets = GUPS.to_vec();
+    serial_sets.push("mmu.l2_parallel_walk=false");
+    let serial = run("utopia", &serial_sets);
+    // Same accesses, same RSWs and walks: only their overlap differs.
+    assert_eq!(parallel.core.side.walks, serial.core.side.walks);
+    assert_eq!(parallel.core.walk.walks, serial.core.walk.walks);
+    let misses = (parallel.core.side.walks - parallel.core.side_hits) as f64;
+    let extra = serial.core.translation_cycles - parallel.core.translation_cycles;
+    // At least the L2 TLB's 12 cycles per RSW miss, which the parallel walk overlaps.
+    assert!(extra >= 12.0 * misses, "serial costs {extra} more cycles over {misses} RSW misses");
 }
 
 /// Utopia §3: restricting the mapping everywhere swaps even with free memory. Twenty processes with

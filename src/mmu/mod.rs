@@ -54,7 +54,9 @@ impl Default for MmuConfig {
             l1d: vec![TlbConfig::new(64, 4, 1, &[PageSize::K4]), TlbConfig::new(32, 4, 1, &[PageSize::M2])],
             // Utopia Table 1: L2 TLB 1536 entries, 12-way, 12 cycles. 1536/12 = 128 sets.
             l2: TlbConfig::new(1536, 12, 12, &[PageSize::K4, PageSize::M2]),
-            l2_parallel_walk: false,
+            // Utopia §7: "In all evaluated systems, the L2 TLB access is performed in parallel
+            // with the PTW" (its artifact starts the walk at the L1 miss, so it overlaps the RSW too).
+            l2_parallel_walk: true,
             walker_entry: WalkerEntry::L1,
             perfect_tlb: false,
             side_parallel: true,
