@@ -48,6 +48,22 @@ fn parallel_walk_hides_rsw_misses() {
     assert!(extra >= 12.0 * misses, "serial costs {extra} more cycles over {misses} RSW misses");
 }
 
+/// Fig. 17: RSWs start on every L1 TLB miss, beside the L2 TLB; `rsw_on_l1_miss = false` keeps
+/// them to L2 TLB misses. Either way every translation is the OS's (checked mode).
+#[test]
+fn rsw_starts_on_l1_tlb_misses() {
+    let mut sets = GUPS.to_vec();
+    sets.push("sim.checked=true");
+    let early = run("utopia", &sets);
+    sets.push("arch.utopia.rsw_on_l1_miss=false");
+    let late = run("utopia", &sets);
+    let (e, l) = (&early.core, &late.core);
+    assert_eq!(e.side.walks, e.tlb.l1d_misses + e.tlb.l1i_misses, "one RSW per L1 TLB miss");
+    assert_eq!(l.side.walks, l.tlb.l2_misses, "one RSW per L2 TLB miss");
+    assert!(e.tlb.l2_misses < e.tlb.l1d_misses, "some L1 misses hit the L2 TLB");
+    assert!(e.side.walks > l.side.walks);
+}
+
 /// Utopia §3: restricting the mapping everywhere swaps even with free memory. Twenty processes with
 /// the same address layout each touch a 32 MiB table (8192 pages): 640 MiB fits a 1 GiB machine
 /// under a flexible mapping, but all twenty tables hash to the same 8192 of the RestSeg's 15360

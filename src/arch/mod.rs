@@ -56,6 +56,13 @@ pub trait Driver: Tdb + Sized + 'static {
         None
     }
 
+    /// Whether the side lookup starts with the L2 TLB lookup on every L1 TLB miss (Utopia Fig. 17:
+    /// its TAR/SF caches and memory references see L2 TLB hits too) rather than only when the L2
+    /// TLB misses. Asked once per run; only with `mmu.side_parallel`. Default: only on misses.
+    fn side_on_l1_miss(&self) -> bool {
+        false
+    }
+
     /// Whether the design wants [`Driver::walk_observed`] after every timed walk (PTW-tracking
     /// policies). A constant, so designs without one pay nothing on the access path.
     const OBSERVES_WALKS: bool = false;

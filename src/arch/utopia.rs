@@ -174,6 +174,10 @@ pub struct UtopiaConfig {
     /// Memory left to the kernel (buddy allocator) by a RestSeg of size 0.
     #[serde(with = "bytes_serde")]
     pub kernel_reserve: u64,
+    /// RSWs start on every L1 TLB miss, beside the L2 TLB (Fig. 17), so an L2 TLB hit still
+    /// probes (and fills) the TAR/SF caches; false = only on L2 TLB misses. With
+    /// `mmu.side_parallel = false` (Fig. 28's serial RSW) they run only on L2 TLB misses anyway.
+    pub rsw_on_l1_miss: bool,
 }
 
 impl Default for UtopiaConfig {
@@ -191,6 +195,7 @@ impl Default for UtopiaConfig {
             fault_alloc: FaultAlloc::Evict,
             migrate: MigrateConfig::default(),
             kernel_reserve: 64 << 20,
+            rsw_on_l1_miss: true,
         }
     }
 }
@@ -895,6 +900,10 @@ impl Driver for Utopia {
     }
 
     /// The RestSeg walks, all RestSegs in parallel (one step).
+    fn side_on_l1_miss(&self) -> bool {
+        self.cfg.rsw_on_l1_miss
+    }
+
     fn side_lookup(&mut self, s: &mut UtopiaSpace, wc: &mut UtopiaWc, _asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
         if self.segs.is_empty() {
             return None;

@@ -107,6 +107,8 @@ struct Engine<D: Driver, T: TimingModel> {
     perfect: bool,
     parallel_walk: bool,
     side_parallel: bool,
+    /// The side lookup runs on every L1 TLB miss, beside the L2 TLB, not only on its misses.
+    side_early: bool,
     checked: bool,
     trap_cycles: f64,
 }
@@ -236,6 +238,7 @@ fn run_with<D: Driver>(
     for (i, _) in streams.iter().enumerate() {
         cores[i % cfg.cores].streams.push(i);
     }
+    let side_early = D::HAS_SIDE && cfg.mmu.side_parallel && os.driver.side_on_l1_miss();
     let mut eng = Engine {
         os,
         mem: MemHierarchy::new(&cfg.mem, cfg.cores, cfg.core.ghz),
@@ -245,6 +248,7 @@ fn run_with<D: Driver>(
         perfect: cfg.mmu.perfect_tlb,
         parallel_walk: cfg.mmu.l2_parallel_walk,
         side_parallel: cfg.mmu.side_parallel,
+        side_early,
         checked: cfg.sim.checked,
         trap_cycles: cfg.os.fault_trap_cycles,
     };
@@ -552,13 +556,26 @@ fn translate<D: Driver, T: TimingModel>(
     }
     core.stats.tlb.l2_lookups += 1;
     let l2lat = core.tlbs.l2.latency;
+    // A side structure that starts with the L2 TLB lookup (Utopia Fig. 17) runs whatever the L2
+    // TLB answers: its references reach the caches either way.
+    let mut early = if D::HAS_SIDE && eng.side_early { Some(side_lookup(eng, core, cid, asid, va)?) } else { None };
     if let Some(t) = core.tlbs.l2.lookup(asid, va) {
         if eng.checked {
             check(eng, core, asid, va, t, "L2 TLB hit")?;
         }
         core.stats.tlb.l1_misses_by_size[t.size.index()] += 1;
         fill_l1(&mut core.tlbs, asid, va, t, fetch);
-        return Ok((t, l2lat));
+        // Whichever of the two finds the translation first answers.
+        let lat = match early {
+            Some((Some(ts), sl)) => {
+                if eng.checked && ts != t {
+                    return Err(Error::Check(format!("side lookup of ASID {asid} va {va:#x} disagrees with the L2 TLB hit")));
+                }
+                l2lat.min(sl)
+            }
+            _ => l2lat,
+        };
+        return Ok((t, lat));
     }
     core.stats.tlb.l2_misses += 1;
     let mut cycles = 0u32;
@@ -568,19 +585,15 @@ fn translate<D: Driver, T: TimingModel>(
         // The side structure, if the design has one, runs beside the L2 TLB (or after its miss).
         let mut before_walk = if first { l2lat } else { 0 };
         if D::HAS_SIDE {
-            eng.plan.clear();
-            eng.plan.checked = eng.checked;
-            let r = eng.os.side_lookup(asid, &mut core.wc, va, &mut eng.plan);
-            if let Some(v) = eng.plan.violation {
-                return Err(Error::Check(format!("side lookup of ASID {asid} va {va:#x}: {v}")));
-            }
-            let sl = time_walk(&eng.plan, &mut eng.mem, cid, eng.entry, &mut core.stats.side);
+            let (r, sl) = match early.take() {
+                Some(done) => done,
+                None => side_lookup(eng, core, cid, asid, va)?,
+            };
             before_walk = if first && !eng.side_parallel { l2lat + sl } else { before_walk.max(sl) };
             if let Some(t) = r {
                 if eng.checked {
                     check(eng, core, asid, va, t, "side lookup")?;
                 }
-                core.stats.side_hits += 1;
                 core.stats.tlb.l1_misses_by_size[t.size.index()] += 1;
                 core.tlbs.l2.insert(asid, va, t);
                 fill_l1(&mut core.tlbs, asid, va, t, fetch);
@@ -619,6 +632,29 @@ fn translate<D: Driver, T: TimingModel>(
             }
         }
     }
+}
+
+/// Runs and times the driver's side lookup; returns what it found and its latency. The caller
+/// checks the translation it uses.
+#[inline]
+fn side_lookup<D: Driver, T: TimingModel>(
+    eng: &mut Engine<D, T>,
+    core: &mut Core<D::WalkCache>,
+    cid: usize,
+    asid: u16,
+    va: u64,
+) -> Result<(Option<Translation>, u32)> {
+    eng.plan.clear();
+    eng.plan.checked = eng.checked;
+    let r = eng.os.side_lookup(asid, &mut core.wc, va, &mut eng.plan);
+    if let Some(v) = eng.plan.violation {
+        return Err(Error::Check(format!("side lookup of ASID {asid} va {va:#x}: {v}")));
+    }
+    let sl = time_walk(&eng.plan, &mut eng.mem, cid, eng.entry, &mut core.stats.side);
+    if r.is_some() {
+        core.stats.side_hits += 1;
+    }
+    Ok((r, sl))
 }
 
 /// Takes a page fault: the OS maps the page; its work is charged to this core.
