@@ -60,6 +60,9 @@ pub struct DramConfig {
     pub t_burst_ns: f64,
     /// Fixed memory-controller overhead per access, ns.
     pub controller_ns: f64,
+    /// Every access costs this many core cycles, whatever the row buffer holds (EMT's analytical
+    /// model: a flat 200). 0 = the row-buffer timings above. Row outcomes are counted either way.
+    pub fixed_cycles: u32,
 }
 
 impl Default for DramConfig {
@@ -88,6 +91,7 @@ impl Default for DramConfig {
             // idle controller. Real idle load-to-use latencies are larger because of on-chip network and
             // queueing, which xlate does not model.
             controller_ns: 5.0,
+            fixed_cycles: 0,
         }
     }
 }
@@ -229,11 +233,11 @@ impl Dram {
             row_shift,
             rank_bits,
             bank_bits,
-            cycles: [
-                to_cycles(hit, core_ghz),
-                to_cycles(cfg.t_rcd_ns + hit, core_ghz),
-                to_cycles(cfg.t_rp_ns + cfg.t_rcd_ns + hit, core_ghz),
-            ],
+            cycles: if cfg.fixed_cycles > 0 {
+                [cfg.fixed_cycles; 3]
+            } else {
+                [to_cycles(hit, core_ghz), to_cycles(cfg.t_rcd_ns + hit, core_ghz), to_cycles(cfg.t_rp_ns + cfg.t_rcd_ns + hit, core_ghz)]
+            },
             outcomes: [[0; 2]; 3],
             reads: [0; 2],
             writes: [0; 2],
@@ -320,6 +324,17 @@ mod tests {
         // At Utopia's 2.6 GHz: 20 ns → 52, 32.5 ns → 84.5 → 85, 45 ns → 117.
         assert_eq!(dram(2.6).cycles, [52, 85, 117]);
         assert_eq!(to_cycles(15.0, 2.6), 39);
+    }
+
+    #[test]
+    fn fixed_latency_ignores_the_row_buffer_but_counts_it() {
+        let cfg = DramConfig { fixed_cycles: 200, ..DramConfig::default() };
+        let mut d = Dram::new(&cfg, 2.6);
+        assert_eq!(d.access(0, false, false), 200, "closed");
+        assert_eq!(d.access(64, false, false), 200, "hit");
+        assert_eq!(d.access(ROW, true, false), 200, "conflict");
+        let s = d.stats();
+        assert_eq!((s.data_row_hits, s.translation_row_conflicts), (1, 1));
     }
 
     #[test]
