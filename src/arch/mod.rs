@@ -63,6 +63,13 @@ pub trait Driver: Tdb + Sized + 'static {
         false
     }
 
+    /// Whether a walk started in parallel with the L2 TLB (`mmu.l2_parallel_walk`) still waits
+    /// for the side lookup to miss (the walk is made only then either way; this is its timing).
+    /// Asked once per run. Default: no, the walk overlaps the side lookup too.
+    fn side_gates_walk(&self) -> bool {
+        false
+    }
+
     /// Whether the design wants [`Driver::walk_observed`] after every timed walk (PTW-tracking
     /// policies). A constant, so designs without one pay nothing on the access path.
     const OBSERVES_WALKS: bool = false;

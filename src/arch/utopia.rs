@@ -178,6 +178,10 @@ pub struct UtopiaConfig {
     /// probes (and fills) the TAR/SF caches; false = only on L2 TLB misses. With
     /// `mmu.side_parallel = false` (Fig. 28's serial RSW) they run only on L2 TLB misses anyway.
     pub rsw_on_l1_miss: bool,
+    /// With `mmu.l2_parallel_walk`, the FlexSeg walk starts only once every RSW has missed
+    /// (Fig. 17 read literally) instead of at the L1 TLB miss beside them (Utopia's artifact,
+    /// whose translation takes max(RSW, L1 + PTW)).
+    pub fsw_waits_for_rsw: bool,
 }
 
 impl Default for UtopiaConfig {
@@ -196,6 +200,7 @@ impl Default for UtopiaConfig {
             migrate: MigrateConfig::default(),
             kernel_reserve: 64 << 20,
             rsw_on_l1_miss: true,
+            fsw_waits_for_rsw: false,
         }
     }
 }
@@ -902,6 +907,10 @@ impl Driver for Utopia {
     /// The RestSeg walks, all RestSegs in parallel (one step).
     fn side_on_l1_miss(&self) -> bool {
         self.cfg.rsw_on_l1_miss
+    }
+
+    fn side_gates_walk(&self) -> bool {
+        self.cfg.fsw_waits_for_rsw
     }
 
     fn side_lookup(&mut self, s: &mut UtopiaSpace, wc: &mut UtopiaWc, _asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {

@@ -109,6 +109,8 @@ struct Engine<D: Driver, T: TimingModel> {
     side_parallel: bool,
     /// The side lookup runs on every L1 TLB miss, beside the L2 TLB, not only on its misses.
     side_early: bool,
+    /// A parallel walk still waits for the side lookup's miss.
+    side_gates_walk: bool,
     checked: bool,
     trap_cycles: f64,
 }
@@ -239,6 +241,7 @@ fn run_with<D: Driver>(
         cores[i % cfg.cores].streams.push(i);
     }
     let side_early = D::HAS_SIDE && cfg.mmu.side_parallel && os.driver.side_on_l1_miss();
+    let side_gates_walk = D::HAS_SIDE && os.driver.side_gates_walk();
     let mut eng = Engine {
         os,
         mem: MemHierarchy::new(&cfg.mem, cfg.cores, cfg.core.ghz),
@@ -249,6 +252,7 @@ fn run_with<D: Driver>(
         parallel_walk: cfg.mmu.l2_parallel_walk,
         side_parallel: cfg.mmu.side_parallel,
         side_early,
+        side_gates_walk,
         checked: cfg.sim.checked,
         trap_cycles: cfg.os.fault_trap_cycles,
     };
@@ -583,13 +587,27 @@ fn translate<D: Driver, T: TimingModel>(
     // After a page fault the access is replayed from the L2 TLB miss: side lookup, then walk.
     loop {
         // The side structure, if the design has one, runs beside the L2 TLB (or after its miss).
+        // `before_walk`: when the L2 TLB and the side lookup have both said "not here";
+        // `walk_start`: when the walk begins (with the parallel walk, at the L1 miss or once the
+        // side lookup has missed, as the driver says).
         let mut before_walk = if first { l2lat } else { 0 };
+        let mut walk_start = if first && eng.parallel_walk { 0 } else { before_walk };
         if D::HAS_SIDE {
             let (r, sl) = match early.take() {
                 Some(done) => done,
                 None => side_lookup(eng, core, cid, asid, va)?,
             };
-            before_walk = if first && !eng.side_parallel { l2lat + sl } else { before_walk.max(sl) };
+            let side_done = if first && !eng.side_parallel { l2lat + sl } else { sl };
+            before_walk = before_walk.max(side_done);
+            walk_start = if first && eng.parallel_walk {
+                if eng.side_gates_walk {
+                    side_done
+                } else {
+                    0
+                }
+            } else {
+                before_walk
+            };
             if let Some(t) = r {
                 if eng.checked {
                     check(eng, core, asid, va, t, "side lookup")?;
@@ -613,7 +631,7 @@ fn translate<D: Driver, T: TimingModel>(
             let dram = (core.stats.walk.refs_by_level[Level::Dram as usize] - dram_before) as u32;
             eng.os.walk_observed(asid, va, r, dram);
         }
-        cycles += if first && eng.parallel_walk { wl.max(before_walk) } else { wl + before_walk };
+        cycles += before_walk.max(walk_start + wl);
         first = false;
         match r {
             Some(t) => {
