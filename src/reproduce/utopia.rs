@@ -68,18 +68,20 @@ fn speedup(r: &BTreeMap<String, RunOutput>, sys: &str) -> Option<f64> {
     geomean(r, |r, w| ratio(r, &format!("{w}-radix"), &format!("{w}-{sys}"), "cycles"))
 }
 
-fn mean_metric(r: &BTreeMap<String, RunOutput>, sys: &str, key: &str) -> Option<f64> {
-    let vals: Option<Vec<f64>> = WORKLOADS.iter().map(|(w, _)| r.get(&format!("{w}-{sys}")).map(|x| metric(x, key))).collect();
+/// Mean over the workloads of `f` applied to `sys`'s run of each.
+fn mean_of(r: &BTreeMap<String, RunOutput>, sys: &str, f: impl Fn(&RunOutput) -> Option<f64>) -> Option<f64> {
+    let vals: Option<Vec<f64>> = WORKLOADS.iter().map(|(w, _)| r.get(&format!("{w}-{sys}")).and_then(&f)).collect();
     let vals = vals?;
     Some(vals.iter().sum::<f64>() / vals.len() as f64)
 }
 
+fn mean_metric(r: &BTreeMap<String, RunOutput>, sys: &str, key: &str) -> Option<f64> {
+    mean_of(r, sys, |x| Some(metric(x, key)))
+}
+
 /// Mean over the workloads of a driver metric of `sys`'s runs.
 fn mean_driver_metric(r: &BTreeMap<String, RunOutput>, sys: &str, key: &str) -> Option<f64> {
-    let vals: Option<Vec<f64>> =
-        WORKLOADS.iter().map(|(w, _)| r.get(&format!("{w}-{sys}")).and_then(|x| x.driver.get(key)).and_then(|v| v.as_f64())).collect();
-    let vals = vals?;
-    Some(vals.iter().sum::<f64>() / vals.len() as f64)
+    mean_of(r, sys, |x| x.driver.get(key).and_then(|v| v.as_f64()))
 }
 
 /// Translation references DRAM served: the walks' and the side lookups' (Utopia's RSWs).
