@@ -1,0 +1,104 @@
+//! Golden results: the simulated numbers of every design on two small workloads, checked in under
+//! `tests/golden/`. Any change to a simulated number shows up here and in review.
+//!
+//! A commit that changes a number on purpose re-blesses the files and says which numbers changed
+//! and why:
+//!
+//! ```sh
+//! XLATE_BLESS=1 cargo test --release --test golden
+//! ```
+//!
+//! What is compared is the run's JSON (docs/results-schema.md) without `config` (its layout may
+//! change in a refactor; the numbers may not) and without `host` (wall-clock time).
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// Two small workloads: random updates over a table populated up front (walks dominated by
+/// DRAM references), and BFS on an R-MAT graph (demand faults, khugepaged, pointer chasing).
+const WORKLOADS: &[(&str, &[&str])] = &[
+    ("gups", &["workload.name=\"gups\"", "workload.params.table=128M", "workload.params.updates=40000"]),
+    (
+        "bfs",
+        &["workload.name=\"bfs\"", "workload.params.footprint=64M", "workload.params.max_accesses=300000", "os.khugepaged.sleep_ms=0.05"],
+    ),
+];
+
+/// Settings that fit a design built for a larger machine into the 2 GiB test machine.
+fn scaled(design: &str) -> &'static [&'static str] {
+    match design {
+        "utopia-virtuoso" => &["arch.utopia.restsegs=[{size=\"256M\",page=\"4K\",ways=16},{size=\"256M\",page=\"2M\",ways=8}]"],
+        _ => &[],
+    }
+}
+
+fn golden_path(design: &str, workload: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{design}.{workload}.json"))
+}
+
+/// The deterministic part of a run's JSON, as stable text.
+fn simulated(design: &str, sets: &[&str]) -> String {
+    let r = run(design, sets);
+    let mut v = xlate::report::json(&r);
+    let o = v.as_object_mut().expect("a run's JSON is an object");
+    o.remove("config");
+    o.remove("host");
+    serde_json::to_string_pretty(&v).expect("JSON serializes") + "\n"
+}
+
+/// `path: old → new` for every leaf that differs (or exists on one side only).
+fn diff(path: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            for k in a.keys().chain(b.keys().filter(|k| !a.contains_key(*k))) {
+                let null = Value::Null;
+                diff(&format!("{path}.{k}"), a.get(k).unwrap_or(&null), b.get(k).unwrap_or(&null), out);
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                diff(&format!("{path}[{i}]"), x, y, out);
+            }
+        }
+        _ if old != new => out.push(format!("{path}: {old} → {new}")),
+        _ => {}
+    }
+}
+
+#[test]
+fn every_design_matches_its_golden_results() {
+    let bless = std::env::var_os("XLATE_BLESS").is_some_and(|v| v != "0");
+    let mut failures = Vec::new();
+    for d in xlate::arch::DESIGNS {
+        for (wname, sets) in WORKLOADS {
+            let mut s = sets.to_vec();
+            s.extend(scaled(d.name));
+            let now = simulated(d.name, &s);
+            let path = golden_path(d.name, wname);
+            if bless {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, &now).unwrap();
+                continue;
+            }
+            let Ok(old) = std::fs::read_to_string(&path) else {
+                failures.push(format!("{}: missing (bless with XLATE_BLESS=1)", path.display()));
+                continue;
+            };
+            if old != now {
+                let mut lines = Vec::new();
+                diff("", &serde_json::from_str(&old).unwrap(), &serde_json::from_str(&now).unwrap(), &mut lines);
+                if lines.is_empty() {
+                    lines.push("formatting differs".into());
+                }
+                failures.push(format!("{} {wname}:\n  {}", d.name, lines.join("\n  ")));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "simulated numbers changed (re-bless with XLATE_BLESS=1 only if the change is intended, and say why in the commit):\n{}",
+        failures.join("\n")
+    );
+}
