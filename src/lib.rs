@@ -17,6 +17,7 @@ pub mod report;
 pub mod reproduce;
 pub mod rng;
 pub mod sim;
+pub mod tapi;
 pub mod timing;
 pub mod trace;
 pub mod workload;

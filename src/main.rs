@@ -169,8 +169,8 @@ fn write_outputs(runs: &[sim::RunOutput], opts: &RunOpts) -> Result<()> {
 /// Runs designs one after the other; an interrupt or error keeps what finished.
 fn run_designs(names: &[String], opts: &RunOpts) -> Result<()> {
     let layers = layers(opts)?;
-    let designs: Vec<&arch::DesignEntry> = names.iter().map(|n| arch::lookup(n)).collect::<Result<_>>()?;
-    let configs: Vec<config::Config> = designs.iter().map(|d| layers.resolve(Some(d.apply))).collect::<Result<_>>()?;
+    let designs: Vec<&arch::Design> = names.iter().map(|n| arch::lookup(n)).collect::<Result<_>>()?;
+    let configs: Vec<config::Config> = designs.iter().map(|d| layers.resolve(Some(d))).collect::<Result<_>>()?;
     if opts.print_config {
         for (d, c) in designs.iter().zip(&configs) {
             println!("# design {}\n{}", d.name, config::to_toml(c));
@@ -217,7 +217,7 @@ fn bench(accesses: u64) -> Result<()> {
     ] {
         let mut sets = vec![format!("workload.name=\"{wl}\"")];
         sets.extend(params);
-        let cfg = Layers { sets, ..Layers::default() }.resolve(Some(arch::lookup(design)?.apply))?;
+        let cfg = Layers { sets, ..Layers::default() }.resolve(Some(arch::lookup(design)?))?;
         let r = sim::run(arch::lookup(design)?, &cfg, &[], false)?;
         println!(
             "{design:>8} {wl:<7} {:>12} accesses in {:7.3} s (incl. setup {:.3} s): {:7.2} M accesses/s in the access loop",
@@ -303,7 +303,7 @@ fn real_main() -> Result<()> {
         Cmd::Run { design, opts } => run_designs(&[design], &opts),
         Cmd::Compare { designs, opts } => run_designs(&designs, &opts),
         Cmd::Designs => {
-            for d in arch::DESIGNS {
+            for d in arch::designs() {
                 println!("{:<14} {}", d.name, d.description);
             }
             Ok(())

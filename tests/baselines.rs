@@ -5,10 +5,10 @@
 mod common;
 use common::*;
 use xlate::addr::PageSize;
-use xlate::arch::{lookup, pomtlb::PomTlb, rmm::Rmm, Driver};
-use xlate::mmu::walk::WalkPlan;
+use xlate::arch::{lookup, pomtlb::PomTlb, rmm::Rmm, Registered};
 use xlate::os::Os;
 use xlate::sim::RunOutput;
+use xlate::tapi::{Driver, WalkPlan};
 use xlate::workload::MapFlags;
 
 fn drv(r: &RunOutput, key: &str) -> f64 {
@@ -113,7 +113,7 @@ fn fairness_pools() {
     let c = config("radix4", &[]);
     assert_eq!((c.os.thp_pool, c.os.eager_pool, c.os.eager_paging), (0, 0, false));
     assert!(xlate::config::Layers { sets: vec!["os.eager_pool=1G".into()], ..Default::default() }
-        .resolve(Some(lookup("radix4").unwrap().apply))
+        .resolve(Some(lookup("radix4").unwrap()))
         .is_err());
 }
 
@@ -122,7 +122,7 @@ fn fairness_pools() {
 #[test]
 fn munmap_trims_ranges_and_invalidates_the_pom_tlb() {
     let mut cfg = config("rmm", &[]);
-    let mut os = Os::boot(Rmm::from_config(&cfg).unwrap(), &cfg.os, 1).unwrap();
+    let mut os = Os::boot(Rmm::from_config(&Rmm::config(&cfg.arch), cfg.seed).unwrap(), &cfg.os, 1).unwrap();
     let asid = os.spawn(false).unwrap();
     let a = os.mmap(asid, 64 << 20, MapFlags::default()).unwrap();
     let b = os.mmap(asid, 8 << 20, MapFlags::default()).unwrap();
@@ -136,7 +136,7 @@ fn munmap_trims_ranges_and_invalidates_the_pom_tlb() {
     assert_eq!(os.driver.stats.ranges_live, 2);
 
     cfg = config("pomtlb", &[]);
-    let mut os = Os::boot(PomTlb::from_config(&cfg).unwrap(), &cfg.os, 1).unwrap();
+    let mut os = Os::boot(PomTlb::from_config(&PomTlb::config(&cfg.arch), cfg.seed).unwrap(), &cfg.os, 1).unwrap();
     let asid = os.spawn(false).unwrap();
     let a = os.mmap(asid, 4 << 20, MapFlags::default()).unwrap();
     os.populate(asid, a, 4 << 20).unwrap();

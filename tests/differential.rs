@@ -25,7 +25,7 @@ fn scaled(design: &str) -> &'static [&'static str] {
 
 #[test]
 fn every_design_agrees_with_the_os_on_every_access() {
-    for d in xlate::arch::DESIGNS {
+    for d in xlate::arch::designs() {
         for (wname, sets) in WORKLOADS {
             let mut s = sets.to_vec();
             s.push("sim.checked=true");

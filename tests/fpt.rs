@@ -6,9 +6,9 @@ use common::*;
 use std::process::Command;
 use xlate::addr::PageSize;
 use xlate::arch::fpt::{Flatten, Fpt, FptConfig};
-use xlate::arch::Driver;
-use xlate::mmu::walk::WalkPlan;
 use xlate::os::{Os, OsConfig};
+use xlate::tapi::Driver;
+use xlate::tapi::WalkPlan;
 use xlate::workload::{HugeAdvice, MapFlags};
 
 const GUPS_64M: &[&str] = &["workload.name=\"gups\"", "workload.params.table=64M", "workload.params.updates=60000", "sim.checked=true"];

@@ -85,7 +85,7 @@ fn diff(path: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
 fn every_design_matches_its_golden_results() {
     let bless = std::env::var_os("XLATE_BLESS").is_some_and(|v| v != "0");
     let mut failures = Vec::new();
-    for d in xlate::arch::DESIGNS {
+    for d in xlate::arch::designs() {
         for (wname, sets) in WORKLOADS {
             let mut s = sets.to_vec();
             s.extend(scaled(d.name));

@@ -77,7 +77,7 @@ fn threads_appear_and_stall() {
         let src = TwoThreads { first_done: false, after: 1000, given1: 0, stalls: stalls.clone() };
         let design = arch::lookup("radix4").unwrap();
         let sets = vec!["os.memory=2G".to_string(), format!("cores={cores}"), "sim.quantum_instrs=50".into()];
-        let cfg = Layers { sets, ..Layers::default() }.resolve(Some(design.apply)).unwrap();
+        let cfg = Layers { sets, ..Layers::default() }.resolve(Some(design)).unwrap();
         let r = sim::run_sources(design, &cfg, vec![("two-threads".into(), Box::new(src))], false).unwrap();
         assert_eq!(r.core.accesses, (BATCH + 1000 + 5 * BATCH) as u64, "cores={cores}");
         assert_eq!(r.workload, "two-threads");

@@ -37,12 +37,10 @@
 
 use super::x86pte::{decode, default_pwcs, encode, entry_shift, leaf_level, level_size, validate_pwcs, PwcLevel, SplitPwc};
 use super::x86pte::{ADDR_MASK, HUGE, PRESENT, WRITE};
-use super::Driver;
+use super::{ArchConfig, Design, Registered};
 use crate::addr::{PageSize, Pfn};
-use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::mmu::walk::{Translation, WalkPlan};
-use crate::os::tapi::{TObj, Tdb, TdbEnv};
+use crate::tapi::{Driver, TObj, Tdb, TdbEnv, Translation, WalkPlan};
 
 /// Which adjacent radix levels are merged into 2 MiB nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -544,11 +542,61 @@ impl Tdb for Fpt {
     }
 }
 
+impl Registered for Fpt {
+    type Section = FptConfig;
+    const DESIGNS: &'static [Design] = &[
+        Design {
+            name: "fpt-l4l3-l2l1",
+            description: "FPT flattening L4+L3 and L2+L1 into 2 MiB nodes (EMT's default): 2 references per walk, 4 KiB pages",
+            driver: "fpt",
+            arch: |a| a.fpt.flatten = Flatten::L4L3L2L1,
+            settings: &["os.thp=never"],
+        },
+        Design {
+            name: "fpt-l3l2",
+            description: "FPT flattening L3+L2 into 2 MiB nodes (the FPT paper's Linux prototype), 4 KiB pages",
+            driver: "fpt",
+            arch: |a| a.fpt.flatten = Flatten::L3L2,
+            settings: &["os.thp=never"],
+        },
+        Design {
+            name: "fpt-l4l3",
+            description: "FPT flattening L4+L3 into a 2 MiB root node, 4 KiB pages",
+            driver: "fpt",
+            arch: |a| a.fpt.flatten = Flatten::L4L3,
+            settings: &["os.thp=never"],
+        },
+        Design {
+            name: "fpt-l2l1",
+            description: "FPT flattening L2+L1 into 2 MiB leaf nodes (4 KiB pages only), 4 KiB pages",
+            driver: "fpt",
+            arch: |a| a.fpt.flatten = Flatten::L2L1,
+            settings: &["os.thp=never"],
+        },
+        Design {
+            name: "fpt-l3l2-thp",
+            description: "FPT flattening L3+L2 with transparent huge pages always (2 MiB leaves in the merged node)",
+            driver: "fpt",
+            arch: |a| a.fpt.flatten = Flatten::L3L2,
+            settings: &["os.thp=always"],
+        },
+    ];
+
+    fn validate(s: &FptConfig, key: &str) -> Result<()> {
+        s.validate(key)
+    }
+
+    fn config(arch: &ArchConfig) -> FptConfig {
+        arch.fpt.clone()
+    }
+}
+
 impl Driver for Fpt {
+    type Config = FptConfig;
     type WalkCache = FptPwc;
 
-    fn from_config(cfg: &Config) -> Result<Self> {
-        Ok(Fpt::new(&cfg.arch.fpt))
+    fn from_config(cfg: &FptConfig, _seed: u64) -> Result<Self> {
+        Ok(Fpt::new(cfg))
     }
 
     fn new_walk_cache(&self) -> FptPwc {
@@ -628,7 +676,7 @@ impl Driver for Fpt {
 mod tests {
     use super::*;
     use crate::os::phys::PhysMem;
-    use crate::os::tapi::{generic_for_each, generic_range_is_empty, prot, OsCost};
+    use crate::tapi::{generic_for_each, generic_range_is_empty, prot, OsCost};
 
     const ALL: [Flatten; 4] = [Flatten::L4L3L2L1, Flatten::L3L2, Flatten::L4L3, Flatten::L2L1];
 
@@ -802,9 +850,9 @@ mod tests {
         let mut env = TdbEnv { phys: &mut phys, cost: &mut cost };
         let mut s = d.create_space(1, &mut env).unwrap();
         d.update(&mut s, &TObj::new(0x7f00_0020_0000, 0x4000_0000, PageSize::M2, prot::RW), &mut env).unwrap();
-        let before = env.cost.get(crate::os::tapi::Path::Other, crate::os::tapi::Func::Lookup, crate::os::tapi::Event::Write);
+        let before = env.cost.get(crate::tapi::Path::Other, crate::tapi::Func::Lookup, crate::tapi::Event::Write);
         d.update(&mut s, &TObj::new(0x80_4000_0000, 0x8000_0000, PageSize::G1, prot::RW), &mut env).unwrap();
-        let writes = env.cost.get(crate::os::tapi::Path::Other, crate::os::tapi::Func::Lookup, crate::os::tapi::Event::Write) - before;
+        let writes = env.cost.get(crate::tapi::Path::Other, crate::tapi::Func::Lookup, crate::tapi::Event::Write) - before;
         assert_eq!(writes, 1 + 512, "the L4 entry to a new L3L2 node, then 512 replicas");
         let mut wc = d.new_walk_cache();
         let mut plan = WalkPlan::default();

@@ -17,16 +17,14 @@
 //!   steps, and its result is filled into the POM-TLB (the fill's write to memory is not timed).
 //!   1 GiB translations are not cached.
 //! - Coherence: the POM-TLB is a TLB, so the OS's TLB shootdown invalidates it
-//!   ([`Driver::shootdown`]); checked mode compares every POM-TLB hit with the OS's truth.
+//!   ([`MemoryTlb::shootdown`]); checked mode compares every POM-TLB hit with the OS's truth.
 
-use super::radix::{Radix, RadixPwc, RadixSpace};
-use super::Driver;
+use super::radix::{Radix, RadixConfig, RadixPwc, RadixSpace};
+use super::{ArchConfig, Design, Registered};
 use crate::addr::PageSize;
-use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::mem::assoc::{Replacement, SetAssoc};
-use crate::mmu::walk::{Translation, WalkPlan};
-use crate::os::tapi::{TObj, Tdb, TdbEnv};
+use crate::tapi::{Driver, MemoryTlb, TObj, Tdb, TdbEnv, Translation, WalkPlan};
 
 /// How the POM-TLB holds the two page sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -332,11 +330,49 @@ impl Tdb for PomTlb {
     }
 }
 
+impl Registered for PomTlb {
+    type Section = PomTlbConfig;
+    const DESIGNS: &'static [Design] = &[Design {
+        name: "pomtlb",
+        description: "POM-TLB: 64K-entry 16-way SRRIP in-memory L3 TLB per page size, probed before the radix4 walk (4 KiB pages)",
+        driver: "pomtlb",
+        arch: |a| a.radix.levels = 4,
+        settings: &["os.thp=never"],
+    }];
+
+    fn validate(s: &PomTlbConfig, key: &str) -> Result<()> {
+        s.validate(key)
+    }
+
+    /// Its own section and the page table's (`arch.radix`).
+    fn config(arch: &ArchConfig) -> (PomTlbConfig, RadixConfig) {
+        (arch.pomtlb.clone(), arch.radix.clone())
+    }
+}
+
+impl MemoryTlb<PomTlb> for PomTlb {
+    fn shootdown(&mut self, _s: &mut PomTlbSpace, asid: u16, start: u64, end: u64, env: &mut TdbEnv) {
+        for size in [PageSize::K4, PageSize::M2] {
+            let a = self.array_for(size);
+            let (read, inv) = self.arrays[a].invalidate(asid, size.align_down(start), end, size);
+            env.cost.read(read);
+            env.cost.write(inv);
+            self.stats.invalidations += inv;
+        }
+    }
+}
+
 impl Driver for PomTlb {
+    type Config = (PomTlbConfig, RadixConfig);
     type WalkCache = RadixPwc;
 
-    fn from_config(cfg: &Config) -> Result<Self> {
-        Ok(PomTlb::new(&cfg.arch.pomtlb, &cfg.arch.radix))
+    fn from_config((pomtlb, radix): &(PomTlbConfig, RadixConfig), _seed: u64) -> Result<Self> {
+        Ok(PomTlb::new(pomtlb, radix))
+    }
+
+    #[inline(always)]
+    fn memory_tlb(&mut self) -> Option<&mut dyn MemoryTlb<Self>> {
+        Some(self)
     }
 
     fn new_walk_cache(&self) -> RadixPwc {
@@ -371,16 +407,6 @@ impl Driver for PomTlb {
         self.radix.invalidate_walk_cache(wc, asid, start, end)
     }
 
-    fn shootdown(&mut self, _s: &mut PomTlbSpace, asid: u16, start: u64, end: u64, env: &mut TdbEnv) {
-        for size in [PageSize::K4, PageSize::M2] {
-            let a = self.array_for(size);
-            let (read, inv) = self.arrays[a].invalidate(asid, size.align_down(start), end, size);
-            env.cost.read(read);
-            env.cost.write(inv);
-            self.stats.invalidations += inv;
-        }
-    }
-
     fn leaf_sizes(&self) -> &[PageSize] {
         self.radix.leaf_sizes()
     }
@@ -408,7 +434,7 @@ mod tests {
     use super::*;
     use crate::arch::radix::RadixConfig;
     use crate::os::phys::PhysMem;
-    use crate::os::tapi::{prot, OsCost};
+    use crate::tapi::{prot, OsCost};
 
     fn t4(pbase: u64) -> Translation {
         Translation { pbase, size: PageSize::K4 }

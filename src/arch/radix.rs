@@ -17,12 +17,10 @@
 
 use super::x86pte::{decode, default_pwcs, encode, entry_shift, leaf_level, level_size, validate_pwcs, SplitPwc};
 use super::x86pte::{ADDR_MASK, HUGE, PRESENT, WRITE};
-use super::Driver;
+use super::{ArchConfig, Design, Registered};
 use crate::addr::{PageSize, Pfn};
-use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::mmu::walk::{Translation, WalkPlan};
-use crate::os::tapi::{TObj, Tdb, TdbEnv};
+use crate::tapi::{Driver, TObj, Tdb, TdbEnv, Translation, WalkPlan};
 
 pub use super::x86pte::PwcLevel;
 
@@ -355,11 +353,61 @@ impl Tdb for Radix {
     }
 }
 
+impl Registered for Radix {
+    type Section = RadixConfig;
+    const DESIGNS: &'static [Design] = &[
+        Design {
+            name: "radix4",
+            description: "x86-64 4-level radix page table, 4 KiB pages (THP off)",
+            driver: "radix",
+            arch: |a| a.radix.levels = 4,
+            settings: &["os.thp=never"],
+        },
+        Design {
+            name: "radix5",
+            description: "x86-64 5-level radix page table (LA57), 4 KiB pages",
+            driver: "radix",
+            arch: |a| a.radix.levels = 5,
+            settings: &["os.thp=never"],
+        },
+        Design {
+            name: "radix4-thp",
+            description: "x86-64 4-level radix with transparent huge pages always (2 MiB at fault, khugepaged)",
+            driver: "radix",
+            arch: |a| a.radix.levels = 4,
+            settings: &["os.thp=always"],
+        },
+        Design {
+            name: "ideal",
+            description: "perfect TLB: every translation hits the L1 TLB (radix4 tables kept by the OS)",
+            driver: "radix",
+            arch: |a| a.radix.levels = 4,
+            settings: &["os.thp=never", "mmu.perfect_tlb=true"],
+        },
+        Design {
+            name: "ptlb",
+            description: "Utopia's P-TLB: every translation hits the L1 TLB; pages as in Utopia's runs (radix4, THP always)",
+            driver: "radix",
+            arch: |a| a.radix.levels = 4,
+            settings: &["os.thp=always", "mmu.perfect_tlb=true"],
+        },
+    ];
+
+    fn validate(s: &RadixConfig, key: &str) -> Result<()> {
+        s.validate(key)
+    }
+
+    fn config(arch: &ArchConfig) -> RadixConfig {
+        arch.radix.clone()
+    }
+}
+
 impl Driver for Radix {
+    type Config = RadixConfig;
     type WalkCache = RadixPwc;
 
-    fn from_config(cfg: &Config) -> Result<Self> {
-        Ok(Radix::new(&cfg.arch.radix))
+    fn from_config(cfg: &RadixConfig, _seed: u64) -> Result<Self> {
+        Ok(Radix::new(cfg))
     }
 
     fn new_walk_cache(&self) -> RadixPwc {
@@ -416,7 +464,7 @@ impl Driver for Radix {
 mod tests {
     use super::*;
     use crate::os::phys::PhysMem;
-    use crate::os::tapi::{prot, OsCost};
+    use crate::tapi::{prot, OsCost};
 
     fn setup(levels: u8) -> (Radix, PhysMem, OsCost) {
         let cfg = RadixConfig { levels, ..RadixConfig::default() };
@@ -484,12 +532,12 @@ mod tests {
             (0, 0x100_0000),
         ] {
             let fast = r.range_is_empty(&mut s, a, b, &mut env);
-            let slow = crate::os::tapi::generic_range_is_empty(&mut r, &mut s, a, b, &mut env);
+            let slow = crate::tapi::generic_range_is_empty(&mut r, &mut s, a, b, &mut env);
             assert_eq!(fast, slow, "range {a:#x}..{b:#x}");
             let mut v1 = Vec::new();
             r.for_each(&mut s, a, b, &mut env, &mut |o| v1.push(*o));
             let mut v2 = Vec::new();
-            crate::os::tapi::generic_for_each(&mut r, &mut s, a, b, &mut env, &mut |o| v2.push(*o));
+            crate::tapi::generic_for_each(&mut r, &mut s, a, b, &mut env, &mut |o| v2.push(*o));
             assert_eq!(v1, v2, "range {a:#x}..{b:#x}");
         }
     }

@@ -26,13 +26,11 @@
 //!   pages drops overlapping range-TLB entries ([`Driver::invalidate_walk_cache`]).
 
 use super::radix::{Radix, RadixConfig, RadixPwc, RadixSpace};
-use super::Driver;
+use super::{ArchConfig, Design, Registered};
 use crate::addr::{PageSize, Pfn};
-use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::mem::assoc::{Replacement, SetAssoc};
-use crate::mmu::walk::{Translation, WalkPlan};
-use crate::os::tapi::{generic_map_range, TObj, Tdb, TdbEnv};
+use crate::tapi::{generic_map_range, Driver, SideLookup, TObj, Tdb, TdbEnv, Translation, WalkPlan};
 
 /// When the range-table walk that follows a range-TLB miss is waited for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -474,24 +472,28 @@ impl Tdb for Rmm {
     }
 }
 
-impl Driver for Rmm {
-    type WalkCache = RmmWc;
+impl Registered for Rmm {
+    type Section = RmmConfig;
+    const DESIGNS: &'static [Design] = &[Design {
+        name: "rmm",
+        description: "RMM: eager paging into ranges, 32-entry range TLB beside the L2 TLB, redundant radix4 (4 KiB pages)",
+        driver: "rmm",
+        arch: |a| a.radix.levels = 4,
+        settings: &["os.thp=never", "os.eager_paging=true"],
+    }];
 
-    fn from_config(cfg: &Config) -> Result<Self> {
-        Ok(Rmm::new(&cfg.arch.rmm, &cfg.arch.radix))
+    fn validate(s: &RmmConfig, key: &str) -> Result<()> {
+        s.validate(key)
     }
 
-    fn new_walk_cache(&self) -> RmmWc {
-        RmmWc { pwc: self.radix.new_walk_cache(), rtlb: RangeTlb::new(self.cfg.range_tlb_entries) }
+    /// Its own section and the redundant page table's (`arch.radix`).
+    fn config(arch: &ArchConfig) -> (RmmConfig, RadixConfig) {
+        (arch.rmm.clone(), arch.radix.clone())
     }
+}
 
-    #[inline]
-    fn walk(&mut self, s: &mut RmmSpace, wc: &mut RmmWc, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
-        self.radix.walk(&mut s.radix, &mut wc.pwc, asid, va, plan)
-    }
-
-    const HAS_SIDE: bool = true;
-
+/// The range TLB, looked up beside the L2 TLB on its misses; a miss walks the range table.
+impl SideLookup<Rmm> for Rmm {
     fn side_lookup(&mut self, s: &mut RmmSpace, wc: &mut RmmWc, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
         plan.fixed_cycles += self.cfg.range_tlb_latency;
         self.stats.rtlb_lookups += 1;
@@ -508,6 +510,29 @@ impl Driver for Rmm {
         self.stats.range_walk_hits += 1;
         wc.rtlb.insert(asid, r);
         blocking.then(|| r.translate(va))
+    }
+}
+
+impl Driver for Rmm {
+    type Config = (RmmConfig, RadixConfig);
+    type WalkCache = RmmWc;
+
+    fn from_config((rmm, radix): &(RmmConfig, RadixConfig), _seed: u64) -> Result<Self> {
+        Ok(Rmm::new(rmm, radix))
+    }
+
+    #[inline(always)]
+    fn side(&mut self) -> Option<&mut dyn SideLookup<Self>> {
+        Some(self)
+    }
+
+    fn new_walk_cache(&self) -> RmmWc {
+        RmmWc { pwc: self.radix.new_walk_cache(), rtlb: RangeTlb::new(self.cfg.range_tlb_entries) }
+    }
+
+    #[inline]
+    fn walk(&mut self, s: &mut RmmSpace, wc: &mut RmmWc, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
+        self.radix.walk(&mut s.radix, &mut wc.pwc, asid, va, plan)
     }
 
     fn invalidate_walk_cache(&self, wc: &mut RmmWc, asid: u16, start: u64, end: u64) {
@@ -541,7 +566,7 @@ impl Driver for Rmm {
 mod tests {
     use super::*;
     use crate::os::phys::PhysMem;
-    use crate::os::tapi::{prot, OsCost};
+    use crate::tapi::{prot, OsCost};
 
     fn range(start: u64, pages: u64, pa: u64) -> Range {
         Range { start, end: start + pages * 4096, pa, size: PageSize::K4, prot: prot::RW }

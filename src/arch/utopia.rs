@@ -1,7 +1,7 @@
 //! Utopia (Kanellopoulos et al., MICRO'23): restrictive set-associative segments (RestSegs) beside a
 //! flexible segment (FlexSeg) translated by an x86-64 radix table.
 //!
-//! - **RestSegs** are carved from physical memory at boot ([`Tdb::boot`], before fragmentation).
+//! - **RestSegs** are carved from physical memory at boot ([`FramePlacement::boot`], before fragmentation).
 //!   A RestSeg of N pages of one size and associativity M has N/M sets; a virtual page may live
 //!   only in a way of the set its VPN hashes to (§5.1). The driver object holds the RestSegs and the
 //!   OS's **global TAR** (one [`SetAssoc`] per RestSeg, SRRIP, tag = VPN·2¹⁶ | ASID), shared by
@@ -16,30 +16,28 @@
 //!   cache hierarchy. An SF hit saying "set empty" skips the TAR fetch; an SF miss fetches the TAR
 //!   anyway, but the walk waits for it only if the set is not empty. The FlexSeg walk (radix)
 //!   starts only when every RSW and the L2 TLB missed.
-//! - **Placement** ([`Tdb::place`]): page-fault-based allocation puts every new private page of a
+//! - **Placement** ([`FramePlacement::place`]): page-fault-based allocation puts every new private page of a
 //!   RestSeg's size into its set — a free way, or the SRRIP victim, which the OS migrates to the
 //!   FlexSeg (or swaps out when there is no FlexSeg). Shared pages always go to the FlexSeg.
 //!   `update` routes a mapping to the RestSeg or the FlexSeg by whether its frame lies in a RestSeg.
-//! - **PTW-tracking migration** (§5.5): [`Driver::walk_observed`] counts, per FlexSeg page, walks
+//! - **PTW-tracking migration** (§5.5): [`MigrationPolicy::walk_observed`] counts, per FlexSeg page, walks
 //!   and the DRAM references of those walks (saturating 4- and 5-bit counters, the 9 unused PTE
 //!   bits); a page over both thresholds is queued and the OS moves it into its RestSeg set at the
-//!   next epoch ([`Tdb::take_migrations`]; the interrupt is asynchronous, so an epoch's delay).
+//!   next epoch ([`MigrationPolicy::take_migrations`]; the interrupt is asynchronous, so an epoch's delay).
 //!
 //! Host-side each space also keeps a sorted index of its RestSeg pages (what an OS keeps to
 //! iterate a range without probing every page); the TAR/SF arrays are what walks read.
 
-use super::radix::{Radix, RadixPwc, RadixSpace};
-use super::Driver;
+use super::radix::{Radix, RadixConfig, RadixPwc, RadixSpace};
+use super::{ArchConfig, Design, Registered};
 use crate::addr::{bytes_serde, PageSize, Pfn};
-use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::mem::assoc::{Replacement, SetAssoc};
-use crate::mmu::walk::{Translation, WalkPlan};
 use crate::mmu::wcache::{WalkCache, WalkCacheConfig};
 use crate::os::phys::PhysMem;
-use crate::os::tapi::{Evict, EvictTo, MigrationRequest, OsCost, Placement, TObj, Tdb, TdbEnv};
 use crate::os::truth::IntMap;
-use crate::workload::MapFlags;
+use crate::tapi::{Driver, Evict, EvictTo, FramePlacement, Frames, MapFlags, MigrationPolicy, MigrationRequest, OsCost, Placement};
+use crate::tapi::{SideLookup, SideStart, SideTiming, TObj, Tdb, TdbEnv, Translation, WalkPlan};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
@@ -421,7 +419,7 @@ fn page_key(asid: u16, va: u64) -> u64 {
 
 impl Utopia {
     /// A driver for `cfg`, with the FlexSeg radix table of `radix`. RestSegs are reserved at boot.
-    pub fn new(cfg: &UtopiaConfig, radix: &super::radix::RadixConfig) -> Utopia {
+    pub fn new(cfg: &UtopiaConfig, radix: &RadixConfig) -> Utopia {
         let sizes = if cfg.flexseg {
             vec![PageSize::K4, PageSize::M2, PageSize::G1]
         } else {
@@ -576,52 +574,6 @@ impl Utopia {
 
 impl Tdb for Utopia {
     type Space = UtopiaSpace;
-
-    fn boot(&mut self, phys: &mut PhysMem) -> Result<()> {
-        for (i, r) in self.cfg.restsegs.clone().iter().enumerate() {
-            let unit = r.page.bytes() * r.ways as u64;
-            let size = if r.size == 0 {
-                let free = phys.free_pages() * 4096;
-                (free.saturating_sub(self.cfg.kernel_reserve) / unit) * unit
-            } else {
-                r.size
-            };
-            let key = format!("arch.utopia.restsegs[{i}].size");
-            if size == 0 {
-                return Err(Error::config(key, "no memory left for this RestSeg"));
-            }
-            let sets = size / unit;
-            if r.hash == SetHash::Xor && !sets.is_power_of_two() {
-                return Err(Error::config(
-                    format!("arch.utopia.restsegs[{i}].hash"),
-                    format!("xor needs a power-of-two number of sets, found {sets}"),
-                ));
-            }
-            let pfn = phys.reserve_contiguous(size / 4096, r.page.order()).ok_or_else(|| {
-                Error::config(key, format!("cannot reserve {} of contiguous memory at boot", crate::addr::fmt_bytes(size)))
-            })?;
-            let ways = r.ways as u64;
-            let entry = tar_entry_bits(r.page.bytes(), sets, self.va_bits) as u64;
-            let sf_counter_bits = ceil_log2(ways) as u64 + 1;
-            self.segs.push(RestSeg {
-                base: pfn.addr(),
-                size,
-                page: r.page,
-                shift: r.page.shift(),
-                sets,
-                ways: r.ways as usize,
-                hash: r.hash,
-                global: SetAssoc::new(sets as usize, r.ways as usize, Replacement::Srrip),
-                reuse: vec![0; (sets * ways) as usize],
-                set_bits: entry * ways,
-                sf_counter_bits,
-                tar_bytes: tar_bits(size, r.page.bytes(), ways, self.va_bits).div_ceil(8),
-                sf_bytes: sf_bits(size, r.page.bytes(), ways).div_ceil(8),
-                stats: SegStats::default(),
-            });
-        }
-        Ok(())
-    }
 
     fn create_space(&mut self, asid: u16, env: &mut TdbEnv) -> Result<UtopiaSpace> {
         let radix = self.radix.create_space(asid, env)?;
@@ -800,119 +752,79 @@ impl Tdb for Utopia {
     fn table_bytes(&self, s: &UtopiaSpace) -> u64 {
         self.radix.table_bytes(&s.radix) + self.segs.iter().map(|g| g.tar_bytes + g.sf_bytes).sum::<u64>()
     }
+}
 
-    fn place(&mut self, s: &mut UtopiaSpace, asid: u16, va: u64, size: PageSize, flags: MapFlags, env: &mut TdbEnv) -> Placement {
-        let migrating = self.in_flight.remove(&page_key(asid, va)).is_some();
-        // Already in a RestSeg (a stale migration request): it stays where it is.
-        for (i, g) in self.segs.iter().enumerate() {
-            if g.page == size {
-                if let Some(&slot) = s.segs[i].index.get(&(va >> g.shift)) {
-                    return Placement::Frame { pa: g.slot_pa(slot as usize), evict: None };
-                }
-            }
-        }
-        if flags.shared && self.cfg.flexseg {
-            self.shared_to_flexseg += 1;
-            return Placement::Buddy; // shared pages always live in the FlexSeg
-        }
-        let policy = if !self.cfg.flexseg || migrating { FaultAlloc::Evict } else { self.cfg.fault_alloc };
-        if policy == FaultAlloc::Off {
-            return Placement::Buddy;
-        }
-        // A free way in any RestSeg of this size (the global TAR's set), else the first one's victim.
-        let mut first = None;
-        for i in 0..self.segs.len() {
-            let g = &mut self.segs[i];
-            if g.page != size {
-                continue;
-            }
-            let vpn = va >> g.shift;
-            let set = g.set_of(vpn);
-            env.cost.hash(1);
-            env.cost.read(g.ways as u64);
-            if let Some(way) = (0..g.ways).find(|&w| g.global.tag_at(set, w).is_none()) {
-                if migrating {
-                    g.stats.migration_placements += 1;
-                } else {
-                    g.stats.fault_allocs += 1;
-                }
-                return Placement::Frame { pa: g.slot_pa(set * g.ways + way), evict: None };
-            }
-            first.get_or_insert((i, set));
-        }
-        let Some((i, set)) = first else { return Placement::Buddy };
-        if policy == FaultAlloc::Free {
-            return Placement::Buddy;
-        }
-        let g = &mut self.segs[i];
-        let way = g.global.choose_way(set);
-        let t = g.global.tag_at(set, way).expect("a full set");
-        let victim = Evict {
-            asid: (t & 0xffff) as u16,
-            va: (t >> 16) << g.shift,
-            size: g.page,
-            to: if self.cfg.flexseg { EvictTo::Buddy } else { EvictTo::Swap },
-        };
-        g.stats.evictions += 1;
-        if migrating {
-            g.stats.migration_placements += 1;
-        } else {
-            g.stats.fault_allocs += 1;
-        }
-        Placement::Frame { pa: g.slot_pa(set * g.ways + way), evict: Some(victim) }
+impl Registered for Utopia {
+    type Section = UtopiaConfig;
+    const DESIGNS: &'static [Design] = &[
+        Design {
+            name: "utopia",
+            description: "Utopia: 512M 4K + 512M 2M RestSegs (16-way, SRRIP) beside a radix4 FlexSeg, 4 KiB pages (THP off)",
+            driver: "utopia",
+            arch: |a| {
+                a.radix.levels = 4;
+                a.utopia = UtopiaConfig::default();
+            },
+            settings: &["os.thp=never"],
+        },
+        Design {
+            name: "utopia-thp",
+            description: "Utopia (Table 1) with transparent huge pages always: 2 MiB pages go to the 2M RestSeg",
+            driver: "utopia",
+            arch: |a| {
+                a.radix.levels = 4;
+                a.utopia = UtopiaConfig::default();
+            },
+            settings: &["os.thp=always"],
+        },
+        Design {
+            name: "utopia-virtuoso",
+            description:
+                "Utopia as Virtuoso v1.0: 8G 4K 16-way + 8G 2M 8-way RestSegs, 32-entry 1-cycle TAR/SF caches, 200-cycle migration",
+            driver: "utopia",
+            arch: |a| {
+                a.radix.levels = 4;
+                a.utopia = UtopiaConfig {
+                    restsegs: vec![
+                        RestSegConfig { size: 8 << 30, page: PageSize::K4, ways: 16, hash: SetHash::Modulo },
+                        RestSegConfig { size: 8 << 30, page: PageSize::M2, ways: 8, hash: SetHash::Modulo },
+                    ],
+                    tar_cache: WalkCacheConfig::new(32, 4, 1),
+                    sf_cache: WalkCacheConfig::new(32, 4, 1),
+                    ..UtopiaConfig::default()
+                };
+            },
+            settings: &["os.thp=never", "os.migration.copy_cycles=200"],
+        },
+        Design {
+            name: "utopia-restrictive-only",
+            description: "restrictive mapping across all memory (Utopia §3): one 4K 16-way RestSeg, no FlexSeg, swap on",
+            driver: "utopia",
+            arch: |a| {
+                a.radix.levels = 4;
+                a.utopia = UtopiaConfig {
+                    restsegs: vec![RestSegConfig { size: 0, page: PageSize::K4, ways: 16, hash: SetHash::Modulo }],
+                    flexseg: false,
+                    migrate: MigrateConfig { enabled: false, ..MigrateConfig::default() },
+                    ..UtopiaConfig::default()
+                };
+            },
+            settings: &["os.thp=never", "os.swap.enabled=true"],
+        },
+    ];
+
+    fn validate(s: &UtopiaConfig, key: &str) -> Result<()> {
+        s.validate(key)
     }
 
-    fn owns_frame(&self, pa: u64) -> bool {
-        self.segs.iter().any(|g| g.contains(pa))
-    }
-
-    fn take_migrations(&mut self) -> Vec<MigrationRequest> {
-        self.in_flight.clear();
-        self.queued.clear();
-        for r in &self.pending {
-            self.in_flight.insert(page_key(r.asid, r.va), ());
-        }
-        std::mem::take(&mut self.pending)
+    /// Its own section and the FlexSeg's (`arch.radix`).
+    fn config(arch: &ArchConfig) -> (UtopiaConfig, RadixConfig) {
+        (arch.utopia.clone(), arch.radix.clone())
     }
 }
 
-impl Driver for Utopia {
-    type WalkCache = UtopiaWc;
-
-    const HAS_SIDE: bool = true;
-    const OBSERVES_WALKS: bool = true;
-
-    fn from_config(cfg: &Config) -> Result<Self> {
-        Ok(Utopia::new(&cfg.arch.utopia, &cfg.arch.radix))
-    }
-
-    fn new_walk_cache(&self) -> UtopiaWc {
-        UtopiaWc {
-            pwc: self.radix.new_walk_cache(),
-            tar: WalkCache::new(&self.cfg.tar_cache),
-            sf: WalkCache::new(&self.cfg.sf_cache),
-            latency: self.cfg.tar_cache.latency.max(self.cfg.sf_cache.latency),
-        }
-    }
-
-    /// The FlexSeg walk (radix); reached only when every RSW missed.
-    #[inline]
-    fn walk(&mut self, s: &mut UtopiaSpace, wc: &mut UtopiaWc, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
-        if !self.cfg.flexseg {
-            return None;
-        }
-        self.radix.walk(&mut s.radix, &mut wc.pwc, asid, va, plan)
-    }
-
-    /// The RestSeg walks, all RestSegs in parallel (one step).
-    fn side_on_l1_miss(&self) -> bool {
-        self.cfg.rsw_on_l1_miss
-    }
-
-    fn side_gates_walk(&self) -> bool {
-        self.cfg.fsw_waits_for_rsw
-    }
-
+/// The RestSeg walks (RSWs), all RestSegs in parallel (one step), beside the L2 TLB.
+impl SideLookup<Utopia> for Utopia {
     fn side_lookup(&mut self, s: &mut UtopiaSpace, wc: &mut UtopiaWc, _asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
         if self.segs.is_empty() {
             return None;
@@ -980,6 +892,132 @@ impl Driver for Utopia {
         Some(t)
     }
 
+    /// Fig. 17: RSWs start on every L1 TLB miss (`arch.utopia.rsw_on_l1_miss`); the FlexSeg walk
+    /// overlaps them unless `arch.utopia.fsw_waits_for_rsw`.
+    fn side_timing(&self) -> SideTiming {
+        SideTiming {
+            start: if self.cfg.rsw_on_l1_miss { SideStart::L1Miss } else { SideStart::L2Miss },
+            gates_walk: self.cfg.fsw_waits_for_rsw,
+        }
+    }
+}
+
+/// Placement into the RestSegs at faults, promotions and migrations (§5.2).
+impl FramePlacement<Utopia> for Utopia {
+    fn boot(&mut self, phys: &mut dyn Frames) -> Result<()> {
+        for (i, r) in self.cfg.restsegs.clone().iter().enumerate() {
+            let unit = r.page.bytes() * r.ways as u64;
+            let size = if r.size == 0 {
+                let free = phys.free_pages() * 4096;
+                (free.saturating_sub(self.cfg.kernel_reserve) / unit) * unit
+            } else {
+                r.size
+            };
+            let key = format!("arch.utopia.restsegs[{i}].size");
+            if size == 0 {
+                return Err(Error::config(key, "no memory left for this RestSeg"));
+            }
+            let sets = size / unit;
+            if r.hash == SetHash::Xor && !sets.is_power_of_two() {
+                return Err(Error::config(
+                    format!("arch.utopia.restsegs[{i}].hash"),
+                    format!("xor needs a power-of-two number of sets, found {sets}"),
+                ));
+            }
+            let pfn = phys.reserve_contiguous(size / 4096, r.page.order()).ok_or_else(|| {
+                Error::config(key, format!("cannot reserve {} of contiguous memory at boot", crate::addr::fmt_bytes(size)))
+            })?;
+            let ways = r.ways as u64;
+            let entry = tar_entry_bits(r.page.bytes(), sets, self.va_bits) as u64;
+            let sf_counter_bits = ceil_log2(ways) as u64 + 1;
+            self.segs.push(RestSeg {
+                base: pfn.addr(),
+                size,
+                page: r.page,
+                shift: r.page.shift(),
+                sets,
+                ways: r.ways as usize,
+                hash: r.hash,
+                global: SetAssoc::new(sets as usize, r.ways as usize, Replacement::Srrip),
+                reuse: vec![0; (sets * ways) as usize],
+                set_bits: entry * ways,
+                sf_counter_bits,
+                tar_bytes: tar_bits(size, r.page.bytes(), ways, self.va_bits).div_ceil(8),
+                sf_bytes: sf_bits(size, r.page.bytes(), ways).div_ceil(8),
+                stats: SegStats::default(),
+            });
+        }
+        Ok(())
+    }
+
+    fn place(&mut self, s: &mut UtopiaSpace, asid: u16, va: u64, size: PageSize, flags: MapFlags, env: &mut TdbEnv) -> Placement {
+        let migrating = self.in_flight.remove(&page_key(asid, va)).is_some();
+        // Already in a RestSeg (a stale migration request): it stays where it is.
+        for (i, g) in self.segs.iter().enumerate() {
+            if g.page == size {
+                if let Some(&slot) = s.segs[i].index.get(&(va >> g.shift)) {
+                    return Placement::Frame { pa: g.slot_pa(slot as usize), evict: None };
+                }
+            }
+        }
+        if flags.shared && self.cfg.flexseg {
+            self.shared_to_flexseg += 1;
+            return Placement::Buddy; // shared pages always live in the FlexSeg
+        }
+        let policy = if !self.cfg.flexseg || migrating { FaultAlloc::Evict } else { self.cfg.fault_alloc };
+        if policy == FaultAlloc::Off {
+            return Placement::Buddy;
+        }
+        // A free way in any RestSeg of this size (the global TAR's set), else the first one's victim.
+        let mut first = None;
+        for i in 0..self.segs.len() {
+            let g = &mut self.segs[i];
+            if g.page != size {
+                continue;
+            }
+            let vpn = va >> g.shift;
+            let set = g.set_of(vpn);
+            env.cost.hash(1);
+            env.cost.read(g.ways as u64);
+            if let Some(way) = (0..g.ways).find(|&w| g.global.tag_at(set, w).is_none()) {
+                if migrating {
+                    g.stats.migration_placements += 1;
+                } else {
+                    g.stats.fault_allocs += 1;
+                }
+                return Placement::Frame { pa: g.slot_pa(set * g.ways + way), evict: None };
+            }
+            first.get_or_insert((i, set));
+        }
+        let Some((i, set)) = first else { return Placement::Buddy };
+        if policy == FaultAlloc::Free {
+            return Placement::Buddy;
+        }
+        let g = &mut self.segs[i];
+        let way = g.global.choose_way(set);
+        let t = g.global.tag_at(set, way).expect("a full set");
+        let victim = Evict {
+            asid: (t & 0xffff) as u16,
+            va: (t >> 16) << g.shift,
+            size: g.page,
+            to: if self.cfg.flexseg { EvictTo::Buddy } else { EvictTo::Swap },
+        };
+        g.stats.evictions += 1;
+        if migrating {
+            g.stats.migration_placements += 1;
+        } else {
+            g.stats.fault_allocs += 1;
+        }
+        Placement::Frame { pa: g.slot_pa(set * g.ways + way), evict: Some(victim) }
+    }
+
+    fn owns_frame(&self, pa: u64) -> bool {
+        self.segs.iter().any(|g| g.contains(pa))
+    }
+}
+
+/// PTW-tracking migration from the FlexSeg into a RestSeg (§5.3).
+impl MigrationPolicy<Utopia> for Utopia {
     fn walk_observed(&mut self, s: &mut UtopiaSpace, asid: u16, va: u64, t: Option<Translation>, dram_refs: u32) {
         let m = &self.cfg.migrate;
         let Some(t) = t else { return };
@@ -998,6 +1036,57 @@ impl Driver for Utopia {
                 self.migration_requests += 1;
             }
         }
+    }
+
+    fn take_migrations(&mut self) -> Vec<MigrationRequest> {
+        self.in_flight.clear();
+        self.queued.clear();
+        for r in &self.pending {
+            self.in_flight.insert(page_key(r.asid, r.va), ());
+        }
+        std::mem::take(&mut self.pending)
+    }
+}
+
+impl Driver for Utopia {
+    type Config = (UtopiaConfig, RadixConfig);
+    type WalkCache = UtopiaWc;
+
+    fn from_config((utopia, radix): &(UtopiaConfig, RadixConfig), _seed: u64) -> Result<Self> {
+        Ok(Utopia::new(utopia, radix))
+    }
+
+    #[inline(always)]
+    fn side(&mut self) -> Option<&mut dyn SideLookup<Self>> {
+        Some(self)
+    }
+
+    #[inline(always)]
+    fn placement(&mut self) -> Option<&mut dyn FramePlacement<Self>> {
+        Some(self)
+    }
+
+    #[inline(always)]
+    fn migration(&mut self) -> Option<&mut dyn MigrationPolicy<Self>> {
+        Some(self)
+    }
+
+    fn new_walk_cache(&self) -> UtopiaWc {
+        UtopiaWc {
+            pwc: self.radix.new_walk_cache(),
+            tar: WalkCache::new(&self.cfg.tar_cache),
+            sf: WalkCache::new(&self.cfg.sf_cache),
+            latency: self.cfg.tar_cache.latency.max(self.cfg.sf_cache.latency),
+        }
+    }
+
+    /// The FlexSeg walk (radix); reached only when every RSW missed.
+    #[inline]
+    fn walk(&mut self, s: &mut UtopiaSpace, wc: &mut UtopiaWc, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
+        if !self.cfg.flexseg {
+            return None;
+        }
+        self.radix.walk(&mut s.radix, &mut wc.pwc, asid, va, plan)
     }
 
     fn invalidate_walk_cache(&self, wc: &mut UtopiaWc, asid: u16, start: u64, end: u64) {
@@ -1093,8 +1182,8 @@ impl Driver for Utopia {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::os::tapi::prot;
     use crate::os::{Os, OsConfig};
+    use crate::tapi::prot;
 
     fn seg(size: u64, page: PageSize, ways: u32) -> RestSegConfig {
         RestSegConfig { size, page, ways, hash: SetHash::Modulo }
@@ -1366,9 +1455,9 @@ mod tests {
             let mut v1 = Vec::new();
             d.for_each(s, lo, hi, env, &mut |o| v1.push(*o));
             let mut v2 = Vec::new();
-            crate::os::tapi::generic_for_each(d, s, lo, hi, env, &mut |o| v2.push(*o));
+            crate::tapi::generic_for_each(d, s, lo, hi, env, &mut |o| v2.push(*o));
             assert_eq!(v1, v2, "{lo:#x}..{hi:#x}");
-            assert_eq!(d.range_is_empty(s, lo, hi, env), crate::os::tapi::generic_range_is_empty(d, s, lo, hi, env));
+            assert_eq!(d.range_is_empty(s, lo, hi, env), crate::tapi::generic_range_is_empty(d, s, lo, hi, env));
         }
     }
 }

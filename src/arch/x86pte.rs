@@ -11,9 +11,9 @@
 
 use crate::addr::PageSize;
 use crate::error::{Error, Result};
-use crate::mmu::walk::WalkPlan;
 use crate::mmu::wcache::{WalkCache, WalkCacheConfig};
-use crate::os::tapi::{prot, TObj};
+use crate::tapi::WalkPlan;
+use crate::tapi::{prot, TObj};
 
 /// Present.
 pub const PRESENT: u64 = 1;

@@ -5,7 +5,7 @@
 //! against the keys that exist, so a misspelt key is an error naming it, never silently ignored.
 //! The resolved config is validated once here; the simulator never re-checks it.
 
-use crate::arch::ArchConfig;
+use crate::arch::{ArchConfig, Design};
 use crate::error::{Error, Result};
 use crate::mem::MemConfig;
 use crate::mmu::MmuConfig;
@@ -405,8 +405,9 @@ pub struct Layers {
 }
 
 impl Layers {
-    /// Resolves the configuration for `design` (a design's `apply`, or none).
-    pub fn resolve(&self, apply: Option<fn(&mut Config)>) -> Result<Config> {
+    /// Resolves the configuration for `design` (or for none): defaults → preset → the design's
+    /// parameters and settings → config file → `--set`.
+    pub fn resolve(&self, design: Option<&Design>) -> Result<Config> {
         let mut v = to_value(&Config::default());
         if let Some(p) = &self.preset {
             let p = preset(p)?;
@@ -414,10 +415,17 @@ impl Layers {
             merge(&mut v, &pv, "", &format!("preset {}", p.name))?;
         }
         let mut cfg = from_value(v, "preset")?;
-        if let Some(a) = apply {
-            a(&mut cfg);
+        if let Some(d) = design {
+            (d.arch)(&mut cfg.arch);
         }
         let mut v = to_value(&cfg);
+        if let Some(d) = design {
+            for s in d.settings {
+                let over = set_to_value(s, &v)?;
+                merge(&mut v, &over, "", &format!("design {}", d.name))?;
+            }
+            from_value(v.clone(), &format!("design {}", d.name))?;
+        }
         if let Some((name, fv)) = &self.file {
             merge(&mut v, fv, "", name)?;
             from_value(v.clone(), name)?;

@@ -3,14 +3,13 @@
 //! table format's), so this layer holds them only as the driver's opaque type.
 
 pub mod tlb;
-pub mod walk;
 pub mod wcache;
 
 use crate::addr::PageSize;
 use crate::error::{Error, Result};
 use crate::mem::{Level, MemHierarchy};
+use crate::tapi::WalkPlan;
 use tlb::{Tlb, TlbConfig};
-use walk::WalkPlan;
 
 /// Where walker references enter the cache hierarchy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -7,7 +7,7 @@
 use crate::addr::PageSize;
 use crate::error::{Error, Result};
 use crate::mem::assoc::{Replacement, SetAssoc};
-use crate::mmu::walk::Translation;
+use crate::tapi::Translation;
 
 /// Geometry and timing of one TLB.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

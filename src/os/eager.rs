@@ -24,11 +24,11 @@
 //! at the first eager mapping, where it is one of the runs eager paging chooses from.
 
 use super::phys::PhysMem;
-use super::tapi::{Event, Func, Path, TObj};
 use super::{Os, OsConfig, Vma};
 use crate::addr::{PageSize, Pfn};
-use crate::arch::Driver;
 use crate::error::{Error, Result};
+use crate::tapi::Driver;
+use crate::tapi::{Event, Func, Path, TObj};
 use crate::workload::HugeAdvice;
 
 /// Checks the eager-paging and pool keys.

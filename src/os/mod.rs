@@ -8,19 +8,18 @@
 pub mod eager;
 pub mod phys;
 mod placement;
-pub mod tapi;
 pub mod truth;
 
 pub use placement::{MigrationConfig, SwapConfig};
 
 use crate::addr::{bytes_serde, PageSize, Pfn};
-use crate::arch::Driver;
 use crate::error::{Error, Result};
-use crate::mmu::walk::{Translation, WalkPlan};
+use crate::tapi::Driver;
+use crate::tapi::{prot, Event, Func, OsCost, OsCostModel, Path, Placement, Shootdown, TObj, TdbEnv};
+use crate::tapi::{Translation, WalkPlan};
 use crate::workload::{HugeAdvice, MapFlags, Vm};
 use phys::PhysMem;
 use std::collections::{BTreeMap, VecDeque};
-use tapi::{prot, Event, Func, OsCost, OsCostModel, Path, Placement, TObj, TdbEnv};
 use truth::{IntMap, Truth};
 
 /// Transparent huge page mode (`/sys/kernel/mm/transparent_hugepage/enabled`).
@@ -274,20 +273,6 @@ pub struct Process<S> {
     swapped: IntMap<PageSize>,
 }
 
-/// A TLB shootdown the MMUs must apply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Shootdown {
-    /// Address space.
-    pub asid: u16,
-    /// First byte.
-    pub start: u64,
-    /// One past the last byte.
-    pub end: u64,
-    /// Invalidate TLB entries too (false: only walk caches, for a range the driver reported
-    /// through [`Driver::take_stale_walk_caches`]).
-    pub tlb: bool,
-}
-
 /// Base of the mmap area: 64 GiB, clear of any made-up low addresses.
 const MMAP_BASE: u64 = 64 << 30;
 
@@ -336,7 +321,9 @@ impl<D: Driver> Os<D> {
         giga_pool.reverse();
         let pools = eager::Pools::carve(&mut phys, cfg)?;
         let mut driver = driver;
-        driver.boot(&mut phys)?;
+        if let Some(p) = driver.placement() {
+            p.boot(&mut phys)?;
+        }
         match cfg.fragmentation.method {
             FragMethod::None => {}
             FragMethod::Fmfi => {
@@ -457,18 +444,28 @@ impl<D: Driver> Os<D> {
         self.driver.walk(&mut p.space, wc, asid, va, plan)
     }
 
-    /// The driver's side lookup of `va` (see [`Driver::side_lookup`]).
+    /// The driver's side lookup of `va` (see [`crate::tapi::SideLookup`]); `None` if the
+    /// driver has no side structure.
     #[inline]
     pub fn side_lookup(&mut self, asid: u16, wc: &mut D::WalkCache, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
         let p = &mut self.procs[asid as usize];
-        self.driver.side_lookup(&mut p.space, wc, asid, va, plan)
+        self.driver.side()?.side_lookup(&mut p.space, wc, asid, va, plan)
     }
 
-    /// Tells the driver what a timed walk found (see [`Driver::walk_observed`]).
+    /// Tells the driver's migration policy what a timed walk found (see
+    /// [`crate::tapi::MigrationPolicy::walk_observed`]).
     #[inline]
     pub fn walk_observed(&mut self, asid: u16, va: u64, t: Option<Translation>, dram_refs: u32) {
         let p = &mut self.procs[asid as usize];
-        self.driver.walk_observed(&mut p.space, asid, va, t, dram_refs);
+        if let Some(m) = self.driver.migration() {
+            m.walk_observed(&mut p.space, asid, va, t, dram_refs);
+        }
+    }
+
+    /// Whether the driver reserved the frame at `pa` for itself (see
+    /// [`crate::tapi::FramePlacement::owns_frame`]).
+    fn driver_owns(&mut self, pa: u64) -> bool {
+        self.driver.placement().is_some_and(|p| p.owns_frame(pa))
     }
 
     /// Handles a page fault at `va`: maps the page (THP, 1 GiB pool or 4 KiB) through the
@@ -551,14 +548,14 @@ impl<D: Driver> Os<D> {
         let o = TObj::new(va, pa, size, prot);
         self.api(asid, Func::Insert, |d, s, env| d.update(s, &o, env))?;
         self.procs[asid as usize].truth.insert(va, pa, size);
-        if self.cfg.swap.enabled && !self.driver.owns_frame(pa) {
+        if self.cfg.swap.enabled && !self.driver_owns(pa) {
             self.resident.push_back((asid, va, size, pa));
         }
         Ok(())
     }
 
     fn free_frame(&mut self, pa: u64, size: PageSize) -> Result<()> {
-        if self.driver.owns_frame(pa) {
+        if self.driver_owns(pa) {
             return Ok(()); // the driver freed its slot when the translation was removed
         }
         if size == PageSize::G1 && self.cfg.hugetlb_1g > 0 {
@@ -570,7 +567,11 @@ impl<D: Driver> Os<D> {
 
     fn shootdown(&mut self, asid: u16, start: u64, end: u64) {
         // One shootdown call; in-memory translation caches of the driver are invalidated under it.
-        self.api(asid, Func::Shootdown, |d, s, env| d.shootdown(s, asid, start, end, env));
+        self.api(asid, Func::Shootdown, |d, s, env| {
+            if let Some(m) = d.memory_tlb() {
+                m.shootdown(s, asid, start, end, env)
+            }
+        });
         self.stats.shootdowns += 1;
         self.pending.push(Shootdown { asid, start, end, tlb: true });
     }

@@ -366,6 +366,22 @@ pub struct PhysMem {
     fragmenter: u64,
 }
 
+/// The translation API's view of physical memory: drivers allocate their tables here.
+impl crate::tapi::Frames for PhysMem {
+    fn alloc(&mut self, order: u32) -> Option<Pfn> {
+        PhysMem::alloc(self, order)
+    }
+    fn free(&mut self, pfn: Pfn, order: u32) -> Result<(), String> {
+        PhysMem::free(self, pfn, order)
+    }
+    fn free_pages(&self) -> u64 {
+        PhysMem::free_pages(self)
+    }
+    fn reserve_contiguous(&mut self, pages: u64, align_order: u32) -> Option<Pfn> {
+        PhysMem::reserve_contiguous(self, pages, align_order)
+    }
+}
+
 impl PhysMem {
     /// Memory of `total_bytes` (rounded down to whole 4 KiB frames) with buddy orders
     /// `0..max_order` (Linux convention: the default 14 gives order-13 = 32 MiB blocks; use 19 to

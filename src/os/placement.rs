@@ -1,16 +1,16 @@
 //! Driver-directed placement (Utopia's RestSegs and the like), moving pages between frames, and
-//! swapping: the OS side of [`crate::os::tapi::Tdb::place`], `owns_frame` and `take_migrations`.
+//! swapping: the OS side of [`crate::tapi::FramePlacement::place`], `owns_frame` and `take_migrations`.
 //! See docs/os-model.md.
 
-use super::tapi::{Event, Evict, EvictTo, Func, Path, Placement, TdbEnv};
 use super::Os;
 use crate::addr::{bytes_serde, PageSize};
-use crate::arch::Driver;
 use crate::error::{Error, Result};
-use crate::mmu::walk::Translation;
+use crate::tapi::Driver;
+use crate::tapi::Translation;
+use crate::tapi::{Event, Evict, EvictTo, Func, Path, Placement, TdbEnv};
 use crate::workload::MapFlags;
 
-/// Moving a page between frames when the driver chooses where pages live ([`super::tapi::Tdb::place`]).
+/// Moving a page between frames when the driver chooses where pages live ([`crate::tapi::FramePlacement::place`]).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MigrationConfig {
@@ -52,12 +52,15 @@ pub(super) fn busy_key(asid: u16, va: u64) -> u64 {
 }
 
 impl<D: Driver> Os<D> {
-    /// Asks the driver where a page of `size` at `va` goes ([`super::tapi::Tdb::place`]), charged to
+    /// Asks the driver where a page of `size` at `va` goes ([`crate::tapi::FramePlacement::place`]), charged to
     /// allocation without a call unless the driver does work.
     pub(super) fn placement(&mut self, asid: u16, va: u64, size: PageSize, flags: MapFlags) -> Placement {
         let prev = self.cost.charge_to(Func::Alloc);
         let p = &mut self.procs[asid as usize];
-        let r = self.driver.place(&mut p.space, asid, va, size, flags, &mut TdbEnv { phys: &mut self.phys, cost: &mut self.cost });
+        let r = match self.driver.placement() {
+            Some(d) => d.place(&mut p.space, asid, va, size, flags, &mut TdbEnv { phys: &mut self.phys, cost: &mut self.cost }),
+            None => Placement::Buddy,
+        };
         self.cost.leave(prev);
         r
     }
@@ -220,10 +223,10 @@ impl<D: Driver> Os<D> {
         self.busy.clear();
     }
 
-    /// Moves the pages the driver asked for ([`super::tapi::Tdb::take_migrations`]) to the frames it
+    /// Moves the pages the driver asked for ([`crate::tapi::MigrationPolicy::take_migrations`]) to the frames it
     /// places them in; background work, charged to the promote path.
     pub(super) fn migrate_requested(&mut self) -> Result<()> {
-        let reqs = self.driver.take_migrations();
+        let reqs = self.driver.migration().map(|m| m.take_migrations()).unwrap_or_default();
         if reqs.is_empty() {
             return Ok(());
         }

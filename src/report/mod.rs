@@ -2,8 +2,8 @@
 //! table with units, and written as JSON (schema in docs/results-schema.md) and CSV.
 
 use crate::addr::PageSize;
-use crate::os::tapi::{Func, Path};
 use crate::sim::RunOutput;
+use crate::tapi::{Func, Path};
 use serde_json::{json, Map, Value};
 
 /// JSON schema identifier; bump when a key changes meaning.

@@ -5,8 +5,8 @@
 //! from `reference/parameters.md` (EMT row).
 
 use super::{change_pct, Finding, RunSpec, Study};
-use crate::os::tapi::{Func, Path};
 use crate::sim::RunOutput;
+use crate::tapi::{Func, Path};
 use std::collections::BTreeMap;
 
 /// The study.

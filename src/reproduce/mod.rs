@@ -97,7 +97,7 @@ pub fn run(study: &Study, extra: &[String], progress: bool) -> Result<StudyOutpu
         let design = arch::lookup(spec.design)?;
         let mut sets = spec.sets.clone();
         sets.extend(extra.iter().cloned());
-        let cfg = Layers { preset: Some(study.preset.into()), file: None, sets }.resolve(Some(design.apply))?;
+        let cfg = Layers { preset: Some(study.preset.into()), file: None, sets }.resolve(Some(design))?;
         if progress {
             eprintln!("[{}/{}] {} ({})", i + 1, specs.len(), spec.key, spec.design);
         }
@@ -162,7 +162,7 @@ mod tests {
             for r in runs {
                 let d = arch::lookup(r.design).unwrap_or_else(|e| panic!("{} {}: {e}", s.name, r.key));
                 Layers { preset: Some(s.preset.into()), file: None, sets: r.sets.clone() }
-                    .resolve(Some(d.apply))
+                    .resolve(Some(d))
                     .unwrap_or_else(|e| panic!("{} {}: {e}", s.name, r.key));
             }
             // With no runs done, every finding reports "not run" rather than a made-up number.

@@ -11,14 +11,15 @@
 
 pub mod progress;
 
-use crate::arch::{self, DesignEntry, Driver, DriverKind};
+use crate::arch::{Design, Registered};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::mem::{Level, MemHierarchy};
-use crate::mmu::walk::{Translation, WalkPlan};
 use crate::mmu::{time_walk, TlbStats, Tlbs, WalkStats, WalkerEntry};
-use crate::os::tapi::Path as OsPath;
 use crate::os::{Os, ProcVm};
+use crate::tapi::Path as OsPath;
+use crate::tapi::{Driver, SideStart};
+use crate::tapi::{Translation, WalkPlan};
 use crate::timing::{Additive, TimingModel};
 use crate::trace::{self, Access, AccessKind, AccessSource, TraceInput};
 use crate::workload::{self, Workload};
@@ -134,7 +135,7 @@ pub struct RunOutput {
     /// OS event counters.
     pub os: crate::os::OsStats,
     /// OS work counters and the cost model they are converted with.
-    pub os_cost: crate::os::tapi::OsCost,
+    pub os_cost: crate::tapi::OsCost,
     /// Bytes of translation structures at the end.
     pub table_bytes: u64,
     /// Bytes mapped per page size at the end.
@@ -148,7 +149,7 @@ pub struct RunOutput {
 }
 
 /// Runs `design` on the configured workload, or on `traces` (one process each) if given.
-pub fn run(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], progress: bool) -> Result<RunOutput> {
+pub fn run(design: &Design, cfg: &Config, traces: &[PathBuf], progress: bool) -> Result<RunOutput> {
     let inputs: Vec<TraceInput> = traces.iter().cloned().map(TraceInput::Path).collect();
     run_inputs(design, cfg, &inputs, progress)
 }
@@ -157,22 +158,24 @@ pub fn run(design: &DesignEntry, cfg: &Config, traces: &[PathBuf], progress: boo
 /// ([`TraceInput::Command`]). Each input is one process (address space); each of its threads
 /// ([`AccessSource::threads`], which may grow during the run) is a stream of its own, the
 /// streams spread over the cores round-robin.
-pub fn run_inputs(design: &DesignEntry, cfg: &Config, inputs: &[TraceInput], progress: bool) -> Result<RunOutput> {
+pub fn run_inputs(design: &Design, cfg: &Config, inputs: &[TraceInput], progress: bool) -> Result<RunOutput> {
     let sources = inputs.iter().map(|i| Ok((i.name(), trace::open_input(i)?))).collect::<Result<Vec<_>>>()?;
     run_sources(design, cfg, sources, progress)
 }
 
 /// Like [`run_inputs`], with access sources the caller opened, each named for the results.
 /// With no sources the configured workload runs.
-pub fn run_sources(design: &DesignEntry, cfg: &Config, sources: Vec<(String, Box<dyn AccessSource>)>, progress: bool) -> Result<RunOutput> {
-    match design.driver {
-        DriverKind::Radix => run_with::<arch::radix::Radix>(design, cfg, sources, progress),
-        DriverKind::Fpt => run_with::<arch::fpt::Fpt>(design, cfg, sources, progress),
-        DriverKind::Ecpt => run_with::<arch::ecpt::Ecpt>(design, cfg, sources, progress),
-        DriverKind::PomTlb => run_with::<arch::pomtlb::PomTlb>(design, cfg, sources, progress),
-        DriverKind::Rmm => run_with::<arch::rmm::Rmm>(design, cfg, sources, progress),
-        DriverKind::Utopia => run_with::<arch::utopia::Utopia>(design, cfg, sources, progress),
+pub fn run_sources(design: &Design, cfg: &Config, sources: Vec<(String, Box<dyn AccessSource>)>, progress: bool) -> Result<RunOutput> {
+    // The one dispatch of a run: everything below is monomorphised for the driver.
+    macro_rules! dispatch {
+        ($($name:ident => $ty:ty,)*) => {
+            match design.driver {
+                $( stringify!($name) => run_with::<$ty>(design, cfg, sources, progress), )*
+                other => Err(Error::Unknown { what: "driver", name: other.into(), known: crate::arch::DRIVERS.iter().map(|d| d.to_string()).collect() }),
+            }
+        };
     }
+    crate::arch::registry!(dispatch)
 }
 
 fn apply_shootdowns<D: Driver>(os: &mut Os<D>, cores: &mut [Core<D::WalkCache>], mem: &mut MemHierarchy) {
@@ -189,14 +192,14 @@ fn apply_shootdowns<D: Driver>(os: &mut Os<D>, cores: &mut [Core<D::WalkCache>],
     }
 }
 
-fn run_with<D: Driver>(
-    design: &DesignEntry,
+fn run_with<D: Registered>(
+    design: &Design,
     cfg: &Config,
     traces: Vec<(String, Box<dyn AccessSource>)>,
     show_progress: bool,
 ) -> Result<RunOutput> {
     let started = Instant::now();
-    let driver = D::from_config(cfg)?;
+    let driver = D::from_config(&D::config(&cfg.arch), cfg.seed)?;
     let mut os = Os::boot(driver, &cfg.os, cfg.seed)?;
     let mut sources = Vec::new();
     let mut streams = Vec::new();
@@ -240,8 +243,9 @@ fn run_with<D: Driver>(
     for (i, _) in streams.iter().enumerate() {
         cores[i % cfg.cores].streams.push(i);
     }
-    let side_early = D::HAS_SIDE && cfg.mmu.side_parallel && os.driver.side_on_l1_miss();
-    let side_gates_walk = D::HAS_SIDE && os.driver.side_gates_walk();
+    let side = os.driver.side().map(|s| s.side_timing());
+    let side_early = cfg.mmu.side_parallel && side.is_some_and(|t| t.start == SideStart::L1Miss);
+    let side_gates_walk = side.is_some_and(|t| t.gates_walk);
     let mut eng = Engine {
         os,
         mem: MemHierarchy::new(&cfg.mem, cfg.cores, cfg.core.ghz),
@@ -562,7 +566,8 @@ fn translate<D: Driver, T: TimingModel>(
     let l2lat = core.tlbs.l2.latency;
     // A side structure that starts with the L2 TLB lookup (Utopia Fig. 17) runs whatever the L2
     // TLB answers: its references reach the caches either way.
-    let mut early = if D::HAS_SIDE && eng.side_early { Some(side_lookup(eng, core, cid, asid, va)?) } else { None };
+    let has_side = eng.os.driver.side().is_some();
+    let mut early = if has_side && eng.side_early { Some(side_lookup(eng, core, cid, asid, va)?) } else { None };
     if let Some(t) = core.tlbs.l2.lookup(asid, va) {
         if eng.checked {
             check(eng, core, asid, va, t, "L2 TLB hit")?;
@@ -592,7 +597,7 @@ fn translate<D: Driver, T: TimingModel>(
         // side lookup has missed, as the driver says).
         let mut before_walk = if first { l2lat } else { 0 };
         let mut walk_start = if first && eng.parallel_walk { 0 } else { before_walk };
-        if D::HAS_SIDE {
+        if has_side {
             let (r, sl) = match early.take() {
                 Some(done) => done,
                 None => side_lookup(eng, core, cid, asid, va)?,
@@ -627,7 +632,7 @@ fn translate<D: Driver, T: TimingModel>(
         }
         let dram_before = core.stats.walk.refs_by_level[Level::Dram as usize];
         let wl = time_walk(&eng.plan, &mut eng.mem, cid, eng.entry, &mut core.stats.walk);
-        if D::OBSERVES_WALKS {
+        if eng.os.driver.migration().is_some() {
             let dram = (core.stats.walk.refs_by_level[Level::Dram as usize] - dram_before) as u32;
             eng.os.walk_observed(asid, va, r, dram);
         }

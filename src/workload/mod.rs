@@ -17,30 +17,7 @@ pub mod stream;
 #[cfg(test)]
 pub mod testvm;
 
-/// Huge-page advice for a mapping (what `madvise` / `MAP_HUGETLB` would say).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum HugeAdvice {
-    /// No advice: the OS's THP mode decides.
-    #[default]
-    Default,
-    /// `MADV_HUGEPAGE`: use 2 MiB pages even when THP is `madvise`.
-    Huge,
-    /// `MADV_NOHUGEPAGE`: never a 2 MiB page.
-    NoHuge,
-    /// hugetlbfs-style 1 GiB pages from the boot-time pool.
-    Giga,
-}
-
-/// How a region is mapped.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MapFlags {
-    /// Huge-page advice.
-    pub huge: HugeAdvice,
-    /// File-backed-like (page cache) rather than anonymous.
-    pub file_backed: bool,
-    /// Shared between processes.
-    pub shared: bool,
-}
+pub use crate::tapi::{HugeAdvice, MapFlags};
 
 /// The part of the simulated OS a workload sees: its own address space.
 pub trait Vm {

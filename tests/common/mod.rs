@@ -12,7 +12,7 @@ pub const SMALL: &[&str] = &["os.memory=2G", "sim.epoch_accesses=20000"];
 pub fn config(design: &str, sets: &[&str]) -> Config {
     let mut all: Vec<String> = SMALL.iter().map(|s| s.to_string()).collect();
     all.extend(sets.iter().map(|s| s.to_string()));
-    Layers { sets: all, ..Layers::default() }.resolve(Some(arch::lookup(design).unwrap().apply)).unwrap()
+    Layers { sets: all, ..Layers::default() }.resolve(Some(arch::lookup(design).unwrap())).unwrap()
 }
 
 /// Runs `design` with `sets` (panics with the error's text on failure).

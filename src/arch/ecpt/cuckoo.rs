@@ -20,8 +20,8 @@
 
 use crate::addr::Pfn;
 use crate::error::{Error, Result};
-use crate::os::tapi::{OsCost, TdbEnv};
 use crate::rng::{mix64, Rng};
+use crate::tapi::{OsCost, TdbEnv};
 
 /// Slot value of an empty slot.
 pub const EMPTY: u32 = u32::MAX;
@@ -533,7 +533,7 @@ mod tests {
             assert_eq!(base % (64 << 10), 0);
             assert_eq!(a.paddr(999), base + 999 * 64);
         }
-        assert_eq!(cost.get(crate::os::tapi::Path::Other, crate::os::tapi::Func::Zero, crate::os::tapi::Event::Page), 3 * 16);
+        assert_eq!(cost.get(crate::tapi::Path::Other, crate::tapi::Func::Zero, crate::tapi::Event::Page), 3 * 16);
     }
 
     #[test]

@@ -34,13 +34,11 @@ mod cuckoo;
 mod tests;
 
 use super::x86pte::{decode, encode, ADDR_MASK, PRESENT};
-use super::Driver;
+use super::{no_arch_change, ArchConfig, Design, Registered};
 use crate::addr::PageSize;
-use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::mmu::walk::{Translation, WalkPlan};
 use crate::mmu::wcache::{WalkCache, WalkCacheConfig};
-use crate::os::tapi::{generic_for_each, generic_range_is_empty, OsCost, TObj, Tdb, TdbEnv};
+use crate::tapi::{generic_for_each, generic_range_is_empty, Driver, OsCost, TObj, Tdb, TdbEnv, Translation, WalkPlan};
 use cuckoo::{Cuckoo, Params, EMPTY};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -682,6 +680,10 @@ fn cluster_entry(s: &EcptSpace, i: usize, vpn: u64, cost: &mut OsCost) -> Option
 }
 
 impl Tdb for Ecpt {
+    fn take_stale_walk_caches(&mut self, out: &mut Vec<(u64, u64)>) {
+        out.append(&mut self.stale);
+    }
+
     type Space = EcptSpace;
 
     fn create_space(&mut self, asid: u16, _env: &mut TdbEnv) -> Result<EcptSpace> {
@@ -860,11 +862,55 @@ impl Tdb for Ecpt {
     }
 }
 
+impl Registered for Ecpt {
+    type Section = EcptConfig;
+    const DESIGNS: &'static [Design] = &[
+        Design {
+            name: "ecpt",
+            description: "elastic cuckoo page tables with CWTs/CWCs, EMT's kernel parameters (arch.ecpt), 4 KiB pages",
+            driver: "ecpt",
+            arch: no_arch_change,
+            settings: &["os.thp=never"],
+        },
+        Design {
+            name: "ecpt-thp",
+            description: "ecpt with transparent huge pages always (2 MiB table)",
+            driver: "ecpt",
+            arch: no_arch_change,
+            settings: &["os.thp=always"],
+        },
+        Design {
+            name: "ech",
+            description:
+                "Utopia's ECH: 4 ways x 8192, scale 10, 2x16-entry CWCs of 2 cycles; 4 KiB pages (Utopia ran it with THP: --set os.thp=always)",
+            driver: "ecpt",
+            arch: |a| a.ecpt = EcptConfig::ech_utopia(),
+            settings: &["os.thp=never"],
+        },
+        Design {
+            name: "ecph-virtuoso",
+            description: "Virtuoso's ECH preset: 2 ways x 262144, rehash at 0.7 x2, 64-entry CWC; 4 KiB pages",
+            driver: "ecpt",
+            arch: |a| a.ecpt = EcptConfig::virtuoso(),
+            settings: &["os.thp=never"],
+        },
+    ];
+
+    fn validate(s: &EcptConfig, key: &str) -> Result<()> {
+        s.validate(key)
+    }
+
+    fn config(arch: &ArchConfig) -> EcptConfig {
+        arch.ecpt.clone()
+    }
+}
+
 impl Driver for Ecpt {
+    type Config = EcptConfig;
     type WalkCache = EcptCwc;
 
-    fn from_config(cfg: &Config) -> Result<Self> {
-        Ok(Ecpt::new(&cfg.arch.ecpt, cfg.seed))
+    fn from_config(cfg: &EcptConfig, seed: u64) -> Result<Self> {
+        Ok(Ecpt::new(cfg, seed))
     }
 
     fn new_walk_cache(&self) -> EcptCwc {
@@ -1010,10 +1056,6 @@ impl Driver for Ecpt {
 
     fn leaf_sizes(&self) -> &[PageSize] {
         &self.sizes
-    }
-
-    fn take_stale_walk_caches(&mut self, out: &mut Vec<(u64, u64)>) {
-        out.append(&mut self.stale);
     }
 
     fn metrics(&self) -> Map<String, Value> {

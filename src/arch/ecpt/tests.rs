@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::os::phys::PhysMem;
-use crate::os::tapi::{prot, Func, Path};
 use crate::rng::Rng;
+use crate::tapi::{prot, Func, Path};
 use std::collections::{BTreeMap as Map2, HashMap};
 
 fn cfg(entries: u64) -> EcptConfig {
@@ -121,7 +121,7 @@ fn cuckoo_insert_kick_resize_keep_every_entry_findable() {
     }
     // Every table page goes back to the allocator.
     r.destroy_space(s, &mut env).unwrap();
-    assert_eq!(env.phys.free_pages(), env.phys.total_pages());
+    assert_eq!(ph.free_pages(), ph.total_pages());
 }
 
 #[test]

@@ -1,0 +1,87 @@
+//! The MMU driver's core: what every translation architecture implements (its translation
+//! database, a hardware walk, walk caches, leaf sizes), and the accessors through which a driver
+//! offers the opt-in capabilities of [`super::side`] and [`super::policy`].
+//!
+//! Required: [`Driver::from_config`], [`Driver::new_walk_cache`], [`Driver::walk`],
+//! [`Driver::invalidate_walk_cache`], [`Driver::leaf_sizes`] and the basic [`Tdb`] functions.
+//! Everything else has a default. The simulator is generic over the driver: the design is chosen
+//! once per run and the access loop is monomorphised for it, so a capability accessor that
+//! returns `None` by default costs a design that does not override it nothing.
+
+use super::policy::{FramePlacement, MemoryTlb, MigrationPolicy};
+use super::side::SideLookup;
+use super::tdb::Tdb;
+use super::walk::{Translation, WalkPlan};
+use crate::addr::PageSize;
+use crate::error::Result;
+
+/// A translation architecture.
+pub trait Driver: Tdb + Sized + 'static {
+    /// The driver's own configuration section (`arch.<name>`; a driver built on another, like
+    /// Utopia's radix FlexSeg, holds that one's section too).
+    type Config;
+
+    /// Per-core walk caches (x86 PWCs, ECPT's CWCs, ...).
+    type WalkCache;
+
+    /// Builds the driver from its validated configuration section; `seed` is the run's seed (hash
+    /// functions, random replacement).
+    fn from_config(cfg: &Self::Config, seed: u64) -> Result<Self>;
+
+    /// Walk caches for one core.
+    fn new_walk_cache(&self) -> Self::WalkCache;
+
+    /// The hardware walk for `va` in `space`: appends its references to `plan` and returns the
+    /// translation, or `None` if nothing maps `va` (a page fault; the references made before
+    /// discovering that are still in the plan).
+    fn walk(&mut self, space: &mut Self::Space, wc: &mut Self::WalkCache, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation>;
+
+    /// Drops walk-cache entries of `asid` that may cover `[start, end)` (TLB shootdown).
+    fn invalidate_walk_cache(&self, wc: &mut Self::WalkCache, asid: u16, start: u64, end: u64);
+
+    /// Page sizes the OS may map with this driver, smallest first.
+    fn leaf_sizes(&self) -> &[PageSize];
+
+    /// Whether a page of `size` can be mapped at `va` right now (customizable; e.g. FPT's L2L1
+    /// flattening cannot hold 2 MiB leaves). `Err` carries the reason, counted by the OS.
+    fn can_map(&self, _va: u64, size: PageSize) -> Result<(), &'static str> {
+        if self.leaf_sizes().contains(&size) {
+            Ok(())
+        } else {
+            Err("page size not supported by the translation structure")
+        }
+    }
+
+    /// Driver-specific metrics for the report (JSON object; empty by default).
+    fn metrics(&self) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::Map::new()
+    }
+
+    /// A structure the MMU looks up beside the L2 TLB (Utopia's RestSeg walk, RMM's range TLB).
+    /// Default: none.
+    #[inline(always)]
+    fn side(&mut self) -> Option<&mut dyn SideLookup<Self>> {
+        None
+    }
+
+    /// Where the frames of new pages go, when the driver decides it (Utopia's RestSegs).
+    /// Default: none (any buddy frame).
+    #[inline(always)]
+    fn placement(&mut self) -> Option<&mut dyn FramePlacement<Self>> {
+        None
+    }
+
+    /// A policy that watches walks and asks the OS to move pages (Utopia's PTW-tracking
+    /// migration). Default: none.
+    #[inline(always)]
+    fn migration(&mut self) -> Option<&mut dyn MigrationPolicy<Self>> {
+        None
+    }
+
+    /// A translation cache the driver keeps in memory, outside any MMU (POM-TLB), which the OS's
+    /// shootdowns must invalidate. Default: none.
+    #[inline(always)]
+    fn memory_tlb(&mut self) -> Option<&mut dyn MemoryTlb<Self>> {
+        None
+    }
+}

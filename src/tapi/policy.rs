@@ -1,0 +1,98 @@
+//! OS policies a driver may carry (opt-in capabilities, offered through the [`Driver`]
+//! accessors): where a new page's frame goes, which pages a walk-watching policy wants moved, and
+//! in-memory translation caches the OS's shootdowns must reach. The OS calls each only if the
+//! driver offers it.
+
+use super::driver::Driver;
+use super::tdb::{Frames, TdbEnv};
+use super::tobj::MapFlags;
+use super::walk::Translation;
+use crate::addr::PageSize;
+use crate::error::Result;
+
+/// Where a page the OS moves out of a frame the driver needs goes ([`Evict::to`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvictTo {
+    /// A buddy-allocated frame (any address; Utopia's FlexSeg). Swap if there is none and swap is on.
+    Buddy,
+    /// The swap device (a design with no flexible mapping, e.g. restrictive-only).
+    Swap,
+}
+
+/// A page that occupies the frame a [`Placement::Frame`] names and must be moved out first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Evict {
+    /// Address space of the victim.
+    pub asid: u16,
+    /// Its virtual base.
+    pub va: u64,
+    /// Its size.
+    pub size: PageSize,
+    /// Where it goes.
+    pub to: EvictTo,
+}
+
+/// Where the OS should put a page ([`FramePlacement::place`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Any frame from the buddy allocator (the default, and every flexible design).
+    Buddy,
+    /// This frame (chosen by the driver, e.g. a way of the set a VPN hashes to); if a page holds it,
+    /// the OS moves `evict` out first (migration or swap-out, with its costs).
+    Frame {
+        /// Physical base of the frame (aligned to the page size).
+        pa: u64,
+        /// The page that holds it now, if any.
+        evict: Option<Evict>,
+    },
+}
+
+/// A page the driver asks the OS to place again ([`MigrationPolicy::take_migrations`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MigrationRequest {
+    /// Address space.
+    pub asid: u16,
+    /// Virtual base of the page.
+    pub va: u64,
+    /// Its size.
+    pub size: PageSize,
+}
+
+/// Frame placement (Utopia's RestSegs; next, CoalaPaging and SPARTA's partitions).
+pub trait FramePlacement<D: Driver> {
+    /// Called once while the OS boots, before memory is fragmented: reserves the physical memory
+    /// the design manages itself. Default: nothing.
+    fn boot(&mut self, _frames: &mut dyn Frames) -> Result<()> {
+        Ok(())
+    }
+
+    /// Chooses the frame for a page of `size` at `va` that the OS is about to map (page fault,
+    /// promotion) or is moving because a [`MigrationPolicy`] asked. Work is charged to allocation.
+    fn place(&mut self, s: &mut D::Space, asid: u16, va: u64, size: PageSize, flags: MapFlags, env: &mut TdbEnv) -> Placement;
+
+    /// Whether the frame at `pa` lies in memory the driver reserved at boot: the OS never returns
+    /// such a frame to the buddy allocator (the driver frees its slot in `remove`).
+    fn owns_frame(&self, _pa: u64) -> bool {
+        false
+    }
+}
+
+/// A policy that watches the hardware's walks and asks the OS to move pages (Utopia's PTW
+/// tracking; next, ET's Leshy and Hawkeye-like samplers).
+pub trait MigrationPolicy<D: Driver> {
+    /// Called after a walk's plan was timed: the translation it found (`None` = page fault) and
+    /// how many of its references DRAM served, as hardware counters in the PTE would see.
+    fn walk_observed(&mut self, space: &mut D::Space, asid: u16, va: u64, t: Option<Translation>, dram_refs: u32);
+
+    /// Pages the policy wants the OS to place again; the OS asks at every epoch and moves each to
+    /// the frame [`FramePlacement::place`] then chooses.
+    fn take_migrations(&mut self) -> Vec<MigrationRequest>;
+}
+
+/// A translation cache kept in memory, outside any MMU (POM-TLB's L3 TLB).
+pub trait MemoryTlb<D: Driver> {
+    /// The OS shoots down `[start, end)` of `asid` after changing or removing translations there;
+    /// per-core structures are dropped by the MMUs ([`super::Tsvc`]), this drops the in-memory
+    /// copies. Work is reported through `env` and charged to the shootdown.
+    fn shootdown(&mut self, space: &mut D::Space, asid: u16, start: u64, end: u64, env: &mut TdbEnv);
+}
