@@ -143,7 +143,7 @@ fn munmap_trims_ranges_and_invalidates_the_pom_tlb() {
     let mut wc = os.driver.new_walk_cache();
     let mut plan = WalkPlan::default();
     for va in [a, a + 0x1000, a + (2 << 20)] {
-        os.walk(asid, &mut wc, va, &mut plan).unwrap();
+        os.driver.walk(&mut os.procs[asid as usize].space, &mut wc, asid, va, &mut plan).unwrap();
     }
     assert_eq!(os.driver.stats.fills, 3);
     os.munmap(asid, a, 0x2000).unwrap();
@@ -151,9 +151,12 @@ fn munmap_trims_ranges_and_invalidates_the_pom_tlb() {
     assert_eq!(os.pending.len(), 1);
     os.driver.invalidate_walk_cache(&mut wc, asid, a, a + 0x2000);
     plan.clear();
-    assert!(os.walk(asid, &mut wc, a + 0x1000, &mut plan).is_none(), "unmapped: no stale POM-TLB hit");
+    assert!(
+        os.driver.walk(&mut os.procs[asid as usize].space, &mut wc, asid, a + 0x1000, &mut plan).is_none(),
+        "unmapped: no stale POM-TLB hit"
+    );
     plan.clear();
-    assert_eq!(os.walk(asid, &mut wc, a + (2 << 20), &mut plan).unwrap().size, PageSize::K4);
+    assert_eq!(os.driver.walk(&mut os.procs[asid as usize].space, &mut wc, asid, a + (2 << 20), &mut plan).unwrap().size, PageSize::K4);
     assert_eq!(os.driver.stats.hits[0], 1);
 }
 

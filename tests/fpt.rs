@@ -61,7 +61,7 @@ fn one_gig_pages_through_the_os() {
         let mut wc = os.driver.new_walk_cache();
         for va in [giga, giga + 0x1234_5678, giga + (1 << 30) - 8, small + 0x3f_f000] {
             let mut plan = WalkPlan { checked: true, ..WalkPlan::default() };
-            let t = os.walk(asid, &mut wc, va, &mut plan).unwrap();
+            let t = os.driver.walk(&mut os.procs[asid as usize].space, &mut wc, asid, va, &mut plan).unwrap();
             assert_eq!(Some(t), os.truth(asid, va), "{f:?} {va:#x}");
             assert!(plan.violation.is_none());
         }
@@ -72,7 +72,7 @@ fn one_gig_pages_through_the_os() {
             os.driver.invalidate_walk_cache(&mut wc, sd.asid, sd.start, sd.end);
         }
         let mut plan = WalkPlan::default();
-        assert!(os.walk(asid, &mut wc, giga + 0x1234_5678, &mut plan).is_none());
+        assert!(os.driver.walk(&mut os.procs[asid as usize].space, &mut wc, asid, giga + 0x1234_5678, &mut plan).is_none());
     }
 }
 

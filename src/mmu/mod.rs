@@ -1,7 +1,9 @@
-//! The MMU of one core: L1 I/D TLBs, the L2 TLB, and the walker that times a driver's walk plan
-//! through the memory hierarchy. Walk caches belong to the driver (their semantics are the
-//! table format's), so this layer holds them only as the driver's opaque type.
+//! The MMU of one core: L1 I/D TLBs, the L2 TLB, the walker that times a driver's walk plan
+//! through the memory hierarchy, and the translation pipeline that puts them together
+//! ([`pipeline`]). Walk caches belong to the driver (their semantics are the table format's), so
+//! this layer holds them only as the driver's opaque type.
 
+pub mod pipeline;
 pub mod tlb;
 pub mod wcache;
 

@@ -14,9 +14,10 @@ pub use placement::{MigrationConfig, SwapConfig};
 
 use crate::addr::{bytes_serde, PageSize, Pfn};
 use crate::error::{Error, Result};
+use crate::mmu::pipeline::TranslationHost;
 use crate::tapi::Driver;
+use crate::tapi::Translation;
 use crate::tapi::{prot, Event, Func, OsCost, OsCostModel, Path, Placement, Shootdown, TObj, TdbEnv};
-use crate::tapi::{Translation, WalkPlan};
 use crate::workload::{HugeAdvice, MapFlags, Vm};
 use phys::PhysMem;
 use std::collections::{BTreeMap, VecDeque};
@@ -437,31 +438,6 @@ impl<D: Driver> Os<D> {
         Some(Translation { pbase, size })
     }
 
-    /// The hardware walk of `va` (the MMU's question to the driver).
-    #[inline]
-    pub fn walk(&mut self, asid: u16, wc: &mut D::WalkCache, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
-        let p = &mut self.procs[asid as usize];
-        self.driver.walk(&mut p.space, wc, asid, va, plan)
-    }
-
-    /// The driver's side lookup of `va` (see [`crate::tapi::SideLookup`]); `None` if the
-    /// driver has no side structure.
-    #[inline]
-    pub fn side_lookup(&mut self, asid: u16, wc: &mut D::WalkCache, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
-        let p = &mut self.procs[asid as usize];
-        self.driver.side()?.side_lookup(&mut p.space, wc, asid, va, plan)
-    }
-
-    /// Tells the driver's migration policy what a timed walk found (see
-    /// [`crate::tapi::MigrationPolicy::walk_observed`]).
-    #[inline]
-    pub fn walk_observed(&mut self, asid: u16, va: u64, t: Option<Translation>, dram_refs: u32) {
-        let p = &mut self.procs[asid as usize];
-        if let Some(m) = self.driver.migration() {
-            m.walk_observed(&mut p.space, asid, va, t, dram_refs);
-        }
-    }
-
     /// Whether the driver reserved the frame at `pa` for itself (see
     /// [`crate::tapi::FramePlacement::owns_frame`]).
     fn driver_owns(&mut self, pa: u64) -> bool {
@@ -782,5 +758,35 @@ impl<D: Driver> Vm for ProcVm<'_, D> {
     }
     fn madvise(&mut self, addr: u64, len: u64, advice: HugeAdvice) -> Result<()> {
         self.os.madvise(self.asid, addr, len, advice)
+    }
+}
+
+/// The OS as the MMU pipeline sees it: the running space's structures, page faults (their
+/// work charged to the faulting core, trap included), the ground truth, page-copy stalls.
+impl<D: Driver> TranslationHost<D> for Os<D> {
+    #[inline(always)]
+    fn tables(&mut self, asid: u16) -> (&mut D, &mut D::Space) {
+        (&mut self.driver, &mut self.procs[asid as usize].space)
+    }
+
+    fn fault(&mut self, asid: u16, va: u64, now: f64) -> Result<(Translation, f64)> {
+        let before = self.cycles(Path::Fault);
+        self.now = now;
+        let t = Os::fault(self, asid, va)?;
+        Ok((t, self.cycles(Path::Fault) - before + self.cfg.fault_trap_cycles))
+    }
+
+    fn pending(&self) -> (&D, &[Shootdown]) {
+        (&self.driver, &self.pending)
+    }
+
+    #[inline]
+    fn truth(&self, asid: u16, va: u64) -> Option<Translation> {
+        Os::truth(self, asid, va)
+    }
+
+    #[inline]
+    fn migration_stall(&mut self, asid: u16, va: u64, t: Translation, now: f64) -> u32 {
+        Os::migration_stall(self, asid, va, t, now)
     }
 }

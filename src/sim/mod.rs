@@ -1,11 +1,13 @@
 //! Wiring a resolved configuration into a machine and running it.
 //!
-//! The design is dispatched once ([`run`] matches the driver kind) and everything below
-//! ([`Engine`], [`step`]) is monomorphised for that driver: no dynamic call per access. Workloads
-//! and trace readers are called once per batch of accesses.
+//! The design is dispatched once ([`run_sources`] matches the driver's registry name), then on
+//! the pipeline's mode (fast, checked, perfect TLB); everything below (`access_loop`, `step`) is
+//! monomorphised for both: no dynamic call per access. Workloads and trace readers are called
+//! once per batch of accesses.
 //!
-//! Per access: L1 TLB(s) → L2 TLB → the driver's walk timed through the caches → page fault and
-//! re-walk if nothing maps it → the data access through the same caches → the timing model.
+//! Per access: the MMU pipeline ([`crate::mmu::pipeline`]) translates — TLBs, side structure,
+//! the driver's walk timed through the caches, page fault and replay — then the data access goes
+//! through the same caches and the timing model turns both into cycles.
 //! Cores advance in chunks; the core furthest behind in simulated time runs next, so a shared LLC
 //! and DRAM see the cores' accesses interleaved in time order (to within a chunk).
 
@@ -15,11 +17,11 @@ use crate::arch::{Design, Registered};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::mem::{Level, MemHierarchy};
-use crate::mmu::{time_walk, TlbStats, Tlbs, WalkStats, WalkerEntry};
+use crate::mmu::pipeline::{Checked, CoreMmu, Fast, MmuStats, Mode, Overlap, Perfect, Pipeline};
+use crate::mmu::{TlbStats, Tlbs, WalkStats};
 use crate::os::{Os, ProcVm};
 use crate::tapi::Path as OsPath;
-use crate::tapi::{Driver, SideStart};
-use crate::tapi::{Translation, WalkPlan};
+use crate::tapi::{Driver, Tsvc};
 use crate::timing::{Additive, TimingModel};
 use crate::trace::{self, Access, AccessKind, AccessSource, TraceInput};
 use crate::workload::{self, Workload};
@@ -88,9 +90,8 @@ enum Source {
     Trace(Box<dyn AccessSource>, usize),
 }
 
-struct Core<W> {
-    tlbs: Tlbs,
-    wc: W,
+struct Core<D: Driver> {
+    mmu: CoreMmu<D>,
     streams: Vec<usize>,
     cur: usize,
     quantum_left: i64,
@@ -103,17 +104,7 @@ struct Engine<D: Driver, T: TimingModel> {
     os: Os<D>,
     mem: MemHierarchy,
     timing: T,
-    plan: WalkPlan,
-    entry: WalkerEntry,
-    perfect: bool,
-    parallel_walk: bool,
-    side_parallel: bool,
-    /// The side lookup runs on every L1 TLB miss, beside the L2 TLB, not only on its misses.
-    side_early: bool,
-    /// A parallel walk still waits for the side lookup's miss.
-    side_gates_walk: bool,
-    checked: bool,
-    trap_cycles: f64,
+    pipe: Pipeline,
 }
 
 /// What a run produced.
@@ -178,16 +169,15 @@ pub fn run_sources(design: &Design, cfg: &Config, sources: Vec<(String, Box<dyn 
     crate::arch::registry!(dispatch)
 }
 
-fn apply_shootdowns<D: Driver>(os: &mut Os<D>, cores: &mut [Core<D::WalkCache>], mem: &mut MemHierarchy) {
+/// Sends the OS's pending shootdowns to every core's translation service and drops the cached
+/// lines of pages it moved.
+fn apply_shootdowns<D: Driver>(os: &mut Os<D>, cores: &mut [Core<D>], mem: &mut MemHierarchy) {
     for (pa, bytes) in os.pending_flush.drain(..) {
         mem.flush_range(pa, bytes);
     }
     for sd in os.pending.drain(..) {
         for c in cores.iter_mut() {
-            if sd.tlb {
-                c.tlbs.invalidate(sd.asid, sd.start, sd.end);
-            }
-            os.driver.invalidate_walk_cache(&mut c.wc, sd.asid, sd.start, sd.end);
+            c.mmu.shootdown(&os.driver, &sd);
         }
     }
 }
@@ -229,10 +219,9 @@ fn run_with<D: Registered>(
         }
     }
     os.settle(); // no TLB or cache holds anything yet
-    let mut cores: Vec<Core<D::WalkCache>> = (0..cfg.cores)
+    let mut cores: Vec<Core<D>> = (0..cfg.cores)
         .map(|_| Core {
-            tlbs: Tlbs::new(&cfg.mmu),
-            wc: os.driver.new_walk_cache(),
+            mmu: CoreMmu::new(Tlbs::new(&cfg.mmu), &os.driver),
             streams: Vec::new(),
             cur: 0,
             quantum_left: cfg.sim.quantum_instrs as i64,
@@ -244,113 +233,22 @@ fn run_with<D: Registered>(
         cores[i % cfg.cores].streams.push(i);
     }
     let side = os.driver.side().map(|s| s.side_timing());
-    let side_early = cfg.mmu.side_parallel && side.is_some_and(|t| t.start == SideStart::L1Miss);
-    let side_gates_walk = side.is_some_and(|t| t.gates_walk);
+    let overlap = Overlap::new(cfg.mmu.l2_parallel_walk, cfg.mmu.side_parallel, side);
     let mut eng = Engine {
         os,
         mem: MemHierarchy::new(&cfg.mem, cfg.cores, cfg.core.ghz),
         timing: Additive::new(cfg),
-        plan: WalkPlan::default(),
-        entry: cfg.mmu.walker_entry,
-        perfect: cfg.mmu.perfect_tlb,
-        parallel_walk: cfg.mmu.l2_parallel_walk,
-        side_parallel: cfg.mmu.side_parallel,
-        side_early,
-        side_gates_walk,
-        checked: cfg.sim.checked,
-        trap_cycles: cfg.os.fault_trap_cycles,
+        pipe: Pipeline::new(cfg.mmu.walker_entry, overlap),
     };
     let setup_s = started.elapsed().as_secs_f64();
-    let mut progress = progress::Progress::new(show_progress, design.name, cfg.sim.max_accesses);
-    let mut total: u64 = 0;
-    let mut next_epoch = cfg.sim.epoch_accesses;
-    let mut warm = cfg.sim.warmup_accesses == 0;
-    let limit = if cfg.sim.max_accesses == 0 { u64::MAX } else { cfg.sim.max_accesses };
-    let mut interrupted = false;
-    let ms_per_cycle = 1.0 / (cfg.core.ghz * 1e6);
-    while let Some(c) = next_core(&cores, &streams) {
-        let mut n = 0;
-        let mut stalls = 0;
-        while n < CHUNK && total < limit {
-            let core = &mut cores[c];
-            let sid = core.streams[core.cur];
-            let st = &mut streams[sid];
-            if st.done {
-                if !switch_stream(core, &streams, cfg) {
-                    break;
-                }
-                continue;
-            }
-            if st.pos == st.len {
-                let proc = st.proc;
-                let stalled = refill(st, &mut sources, &mut eng.os)?;
-                add_new_threads(proc, &mut sources, &mut streams, &mut cores);
-                apply_shootdowns(&mut eng.os, &mut cores, &mut eng.mem);
-                if stalled {
-                    // Every stream of the core may be stalled: after trying each once, idle.
-                    stalls += 1;
-                    let may_switch = stalls <= cores[c].streams.len();
-                    if !idle_stalled(c, &mut cores, &streams, cfg, may_switch) {
-                        break;
-                    }
-                }
-                continue;
-            }
-            let a = st.buf[st.pos];
-            st.pos += 1;
-            step(&mut eng, core, c, &a)?;
-            if !eng.os.pending.is_empty() {
-                apply_shootdowns(&mut eng.os, &mut cores, &mut eng.mem);
-            }
-            let core = &mut cores[c];
-            core.quantum_left -= a.instrs as i64;
-            if core.quantum_left <= 0 {
-                core.quantum_left = cfg.sim.quantum_instrs as i64;
-                if core.streams.len() > 1 {
-                    let prev = streams[core.streams[core.cur]].asid;
-                    switch_stream(core, &streams, cfg);
-                    if cfg.sim.flush_on_switch && streams[core.streams[core.cur]].asid != prev {
-                        core.tlbs.flush();
-                        eng.os.driver.invalidate_walk_cache(&mut core.wc, prev, 0, u64::MAX);
-                    }
-                }
-            }
-            n += 1;
-            total += 1;
-        }
-        if total >= next_epoch || total >= limit {
-            next_epoch = total + cfg.sim.epoch_accesses;
-            eng.mem.sample_epoch();
-            let now_ms = cores.iter().map(|c| c.cycles).fold(0.0, f64::max) * ms_per_cycle;
-            let before = eng.os.cycles(OsPath::Promote);
-            eng.os.now = cores.iter().map(|c| c.cycles).fold(0.0, f64::max);
-            eng.os.tick(now_ms)?;
-            // Background OS work is reported as os_cycles of core 0 but not added to any core's
-            // runtime: khugepaged runs on an otherwise idle CPU (docs/os-model.md).
-            cores[0].stats.os_cycles += eng.os.cycles(OsPath::Promote) - before;
-            apply_shootdowns(&mut eng.os, &mut cores, &mut eng.mem);
-            if !warm && total >= cfg.sim.warmup_accesses {
-                warm = true;
-                for c in cores.iter_mut() {
-                    c.stats = CoreStats::default();
-                    c.cycles = 0.0;
-                }
-                eng.mem.reset_stats();
-            }
-            progress.update(total);
-            if INTERRUPTED.load(Ordering::Relaxed) {
-                interrupted = true;
-                break;
-            }
-        }
-        if total >= limit {
-            break;
-        }
-    }
-    progress.finish(total);
+    let interrupted = match (cfg.mmu.perfect_tlb, cfg.sim.checked) {
+        (true, _) => access_loop::<D, Perfect>(&mut eng, &mut cores, &mut streams, &mut sources, cfg, design.name, show_progress)?,
+        (false, true) => access_loop::<D, Checked>(&mut eng, &mut cores, &mut streams, &mut sources, cfg, design.name, show_progress)?,
+        (false, false) => access_loop::<D, Fast>(&mut eng, &mut cores, &mut streams, &mut sources, cfg, design.name, show_progress)?,
+    };
     let mut sum = CoreStats::default();
     for c in &cores {
-        merge_core(&mut sum, &c.stats);
+        merge_core(&mut sum, &c.stats, &c.mmu.stats);
     }
     let cycles = cores.iter().map(|c| c.cycles).fold(0.0, f64::max);
     Ok(RunOutput {
@@ -371,15 +269,117 @@ fn run_with<D: Registered>(
     })
 }
 
+/// The access loop, monomorphised for the driver and the pipeline's [`Mode`]: runs the streams
+/// on their cores until they end, `sim.max_accesses` is reached or Ctrl-C; returns whether Ctrl-C
+/// stopped it.
+#[allow(clippy::too_many_arguments)]
+fn access_loop<D: Driver, M: Mode>(
+    eng: &mut Engine<D, Additive>,
+    cores: &mut [Core<D>],
+    streams: &mut Vec<Stream>,
+    sources: &mut [Source],
+    cfg: &Config,
+    design: &str,
+    show_progress: bool,
+) -> Result<bool> {
+    let mut progress = progress::Progress::new(show_progress, design, cfg.sim.max_accesses);
+    let mut total: u64 = 0;
+    let mut next_epoch = cfg.sim.epoch_accesses;
+    let mut warm = cfg.sim.warmup_accesses == 0;
+    let limit = if cfg.sim.max_accesses == 0 { u64::MAX } else { cfg.sim.max_accesses };
+    let ms_per_cycle = 1.0 / (cfg.core.ghz * 1e6);
+    while let Some(c) = next_core(cores, streams) {
+        let mut n = 0;
+        let mut stalls = 0;
+        while n < CHUNK && total < limit {
+            let core = &mut cores[c];
+            let sid = core.streams[core.cur];
+            let st = &mut streams[sid];
+            if st.done {
+                if !switch_stream(core, streams, cfg) {
+                    break;
+                }
+                continue;
+            }
+            if st.pos == st.len {
+                let proc = st.proc;
+                let stalled = refill(st, sources, &mut eng.os)?;
+                add_new_threads(proc, sources, streams, cores);
+                apply_shootdowns(&mut eng.os, cores, &mut eng.mem);
+                if stalled {
+                    // Every stream of the core may be stalled: after trying each once, idle.
+                    stalls += 1;
+                    let may_switch = stalls <= cores[c].streams.len();
+                    if !idle_stalled(c, cores, streams, cfg, may_switch) {
+                        break;
+                    }
+                }
+                continue;
+            }
+            let a = st.buf[st.pos];
+            st.pos += 1;
+            step::<D, Additive, M>(eng, core, c, &a)?;
+            if !eng.os.pending.is_empty() {
+                apply_shootdowns(&mut eng.os, cores, &mut eng.mem);
+            }
+            let core = &mut cores[c];
+            core.quantum_left -= a.instrs as i64;
+            if core.quantum_left <= 0 {
+                core.quantum_left = cfg.sim.quantum_instrs as i64;
+                if core.streams.len() > 1 {
+                    let prev = streams[core.streams[core.cur]].asid;
+                    switch_stream(core, streams, cfg);
+                    let next = streams[core.streams[core.cur]].asid;
+                    if next != prev {
+                        core.mmu.switch(&eng.os.driver, prev, next, cfg.sim.flush_on_switch);
+                    }
+                }
+            }
+            n += 1;
+            total += 1;
+        }
+        if total >= next_epoch || total >= limit {
+            next_epoch = total + cfg.sim.epoch_accesses;
+            eng.mem.sample_epoch();
+            let now_ms = cores.iter().map(|c| c.cycles).fold(0.0, f64::max) * ms_per_cycle;
+            let before = eng.os.cycles(OsPath::Promote);
+            eng.os.now = cores.iter().map(|c| c.cycles).fold(0.0, f64::max);
+            eng.os.tick(now_ms)?;
+            // Background OS work is reported as os_cycles of core 0 but not added to any core's
+            // runtime: khugepaged runs on an otherwise idle CPU (docs/os-model.md).
+            cores[0].stats.os_cycles += eng.os.cycles(OsPath::Promote) - before;
+            apply_shootdowns(&mut eng.os, cores, &mut eng.mem);
+            if !warm && total >= cfg.sim.warmup_accesses {
+                warm = true;
+                for c in cores.iter_mut() {
+                    c.stats = CoreStats::default();
+                    c.mmu.stats = MmuStats::default();
+                    c.cycles = 0.0;
+                }
+                eng.mem.reset_stats();
+            }
+            progress.update(total);
+            if INTERRUPTED.load(Ordering::Relaxed) {
+                return Ok(true);
+            }
+        }
+        if total >= limit {
+            break;
+        }
+    }
+    progress.finish(total);
+    Ok(false)
+}
+
 /// The core furthest behind in simulated time that still has work.
-fn next_core<W>(cores: &[Core<W>], streams: &[Stream]) -> Option<usize> {
+fn next_core<D: Driver>(cores: &[Core<D>], streams: &[Stream]) -> Option<usize> {
     (0..cores.len())
         .filter(|&c| cores[c].streams.iter().any(|&s| !streams[s].done))
         .min_by(|&a, &b| cores[a].cycles.total_cmp(&cores[b].cycles))
 }
 
 /// Moves the core to its next stream that still runs; false if none does.
-fn switch_stream<W>(core: &mut Core<W>, streams: &[Stream], _cfg: &Config) -> bool {
+fn switch_stream<D: Driver>(core: &mut Core<D>, streams: &[Stream], _cfg: &Config) -> bool {
     let n = core.streams.len();
     for k in 1..=n {
         let i = (core.cur + k) % n;
@@ -415,7 +415,7 @@ fn refill<D: Driver>(st: &mut Stream, sources: &mut [Source], os: &mut Os<D>) ->
 
 /// Gives each thread that trace source `proc` started since it was last asked a stream of its
 /// own, in the same address space, on the next core round-robin.
-fn add_new_threads<W>(proc: usize, sources: &mut [Source], streams: &mut Vec<Stream>, cores: &mut [Core<W>]) {
+fn add_new_threads<D: Driver>(proc: usize, sources: &mut [Source], streams: &mut Vec<Stream>, cores: &mut [Core<D>]) {
     let Source::Trace(src, known) = &mut sources[proc] else { return };
     let asid = streams.iter().find(|s| s.proc == proc).map(|s| s.asid).expect("a trace source has a stream");
     while *known < src.threads() {
@@ -429,7 +429,7 @@ fn add_new_threads<W>(proc: usize, sources: &mut [Source], streams: &mut Vec<Str
 /// Core `c`'s current stream is stalled: switch to another of its streams that can run, or else
 /// let the core idle until just after the next core in simulated time, so the threads that
 /// have work run meanwhile. Returns true if the core can keep running (it switched).
-fn idle_stalled<W>(c: usize, cores: &mut [Core<W>], streams: &[Stream], cfg: &Config, may_switch: bool) -> bool {
+fn idle_stalled<D: Driver>(c: usize, cores: &mut [Core<D>], streams: &[Stream], cfg: &Config, may_switch: bool) -> bool {
     let core = &mut cores[c];
     let stalled = core.cur;
     if may_switch && switch_stream(core, streams, cfg) && core.cur != stalled {
@@ -447,13 +447,14 @@ fn idle_stalled<W>(c: usize, cores: &mut [Core<W>], streams: &[Stream], cfg: &Co
     false
 }
 
-fn merge_core(a: &mut CoreStats, b: &CoreStats) {
+/// Adds core `b`'s counters and its MMU's `m` into `a`.
+fn merge_core(a: &mut CoreStats, b: &CoreStats, m: &MmuStats) {
     a.accesses += b.accesses;
     a.loads += b.loads;
     a.stores += b.stores;
     a.fetches += b.fetches;
     a.instrs += b.instrs;
-    let (x, y) = (&mut a.tlb, &b.tlb);
+    let (x, y) = (&mut a.tlb, &m.tlb);
     x.l1d_lookups += y.l1d_lookups;
     x.l1d_misses += y.l1d_misses;
     x.l1i_lookups += y.l1i_lookups;
@@ -464,20 +465,20 @@ fn merge_core(a: &mut CoreStats, b: &CoreStats) {
         x.l1_misses_by_size[i] += y.l1_misses_by_size[i];
         x.l2_misses_by_size[i] += y.l2_misses_by_size[i];
     }
-    a.walk.merge(&b.walk);
-    a.side.merge(&b.side);
-    a.side_hits += b.side_hits;
+    a.walk.merge(&m.walk);
+    a.side.merge(&m.side);
+    a.side_hits += m.side_hits;
     a.translation_cycles += b.translation_cycles;
     a.data_cycles += b.data_cycles;
-    a.os_cycles += b.os_cycles;
-    a.faults += b.faults;
+    a.os_cycles += b.os_cycles + m.os_cycles;
+    a.faults += m.faults;
     a.context_switches += b.context_switches;
-    a.checked += b.checked;
+    a.checked += m.checked;
 }
 
 /// One access on core `cid`.
 #[inline]
-fn step<D: Driver, T: TimingModel>(eng: &mut Engine<D, T>, core: &mut Core<D::WalkCache>, cid: usize, a: &Access) -> Result<()> {
+fn step<D: Driver, T: TimingModel, M: Mode>(eng: &mut Engine<D, T>, core: &mut Core<D>, cid: usize, a: &Access) -> Result<()> {
     let s = &mut core.stats;
     s.accesses += 1;
     s.instrs += a.instrs as u64;
@@ -486,7 +487,9 @@ fn step<D: Driver, T: TimingModel>(eng: &mut Engine<D, T>, core: &mut Core<D::Wa
         AccessKind::Store => s.stores += 1,
         AccessKind::Fetch => s.fetches += 1,
     }
-    let (t, tcycles) = translate(eng, core, cid, a.asid, a.vaddr, a.kind == AccessKind::Fetch)?;
+    let fetch = a.kind == AccessKind::Fetch;
+    let (t, tcycles) =
+        eng.pipe.translate::<D, Os<D>, M>(&mut eng.os, &mut eng.mem, &mut core.mmu, cid, a.asid, a.vaddr, fetch, &mut core.cycles)?;
     let (dlat, _) = eng.mem.access(cid, t.paddr(a.vaddr), false, a.kind == AccessKind::Store, Level::L1);
     // One evaluation of the timing model per access, split so data stalls are reported.
     let stall = eng.timing.data_stall(dlat);
@@ -494,208 +497,4 @@ fn step<D: Driver, T: TimingModel>(eng: &mut Engine<D, T>, core: &mut Core<D::Wa
     core.stats.translation_cycles += tcycles as f64;
     core.stats.data_cycles += stall;
     Ok(())
-}
-
-fn check<D: Driver, T: TimingModel>(
-    eng: &Engine<D, T>,
-    core: &mut Core<D::WalkCache>,
-    asid: u16,
-    va: u64,
-    t: Translation,
-    what: &str,
-) -> Result<()> {
-    core.stats.checked += 1;
-    let truth = eng.os.truth(asid, va);
-    if truth != Some(t) {
-        return Err(Error::Check(format!(
-            "{what} for ASID {asid} va {va:#x} gave {:#x} ({}), the OS maps {}",
-            t.paddr(va),
-            t.size,
-            truth.map(|g| format!("{:#x} ({})", g.paddr(va), g.size)).unwrap_or_else(|| "nothing".into())
-        )));
-    }
-    Ok(())
-}
-
-/// Fills the L1 TLB that holds `t`'s size (L1 D-TLBs or the I-TLB).
-#[inline]
-fn fill_l1(tlbs: &mut Tlbs, asid: u16, va: u64, t: Translation, fetch: bool) {
-    if fetch {
-        tlbs.l1i.insert(asid, va, t);
-    } else if let Some(l1) = tlbs.l1d.iter_mut().find(|l| l.holds(t.size)) {
-        l1.insert(asid, va, t);
-    }
-}
-
-/// Translates `va`; returns the translation and the cycles spent beyond the L1 TLB.
-#[inline]
-fn translate<D: Driver, T: TimingModel>(
-    eng: &mut Engine<D, T>,
-    core: &mut Core<D::WalkCache>,
-    cid: usize,
-    asid: u16,
-    va: u64,
-    fetch: bool,
-) -> Result<(Translation, u32)> {
-    if eng.perfect {
-        let t = match eng.os.truth(asid, va) {
-            Some(t) => t,
-            None => fault(eng, core, asid, va)?,
-        };
-        return Ok((t, 0));
-    }
-    let hit = if fetch {
-        core.stats.tlb.l1i_lookups += 1;
-        core.tlbs.l1i.lookup(asid, va)
-    } else {
-        core.stats.tlb.l1d_lookups += 1;
-        core.tlbs.l1d.iter_mut().find_map(|t| t.lookup(asid, va))
-    };
-    if let Some(t) = hit {
-        if eng.checked {
-            check(eng, core, asid, va, t, "L1 TLB hit")?;
-        }
-        return Ok((t, 0));
-    }
-    if fetch {
-        core.stats.tlb.l1i_misses += 1;
-    } else {
-        core.stats.tlb.l1d_misses += 1;
-    }
-    core.stats.tlb.l2_lookups += 1;
-    let l2lat = core.tlbs.l2.latency;
-    // A side structure that starts with the L2 TLB lookup (Utopia Fig. 17) runs whatever the L2
-    // TLB answers: its references reach the caches either way.
-    let has_side = eng.os.driver.side().is_some();
-    let mut early = if has_side && eng.side_early { Some(side_lookup(eng, core, cid, asid, va)?) } else { None };
-    if let Some(t) = core.tlbs.l2.lookup(asid, va) {
-        if eng.checked {
-            check(eng, core, asid, va, t, "L2 TLB hit")?;
-        }
-        core.stats.tlb.l1_misses_by_size[t.size.index()] += 1;
-        fill_l1(&mut core.tlbs, asid, va, t, fetch);
-        // Whichever of the two finds the translation first answers.
-        let lat = match early {
-            Some((Some(ts), sl)) => {
-                if eng.checked && ts != t {
-                    return Err(Error::Check(format!("side lookup of ASID {asid} va {va:#x} disagrees with the L2 TLB hit")));
-                }
-                l2lat.min(sl)
-            }
-            _ => l2lat,
-        };
-        return Ok((t, lat));
-    }
-    core.stats.tlb.l2_misses += 1;
-    let mut cycles = 0u32;
-    let mut first = true;
-    // After a page fault the access is replayed from the L2 TLB miss: side lookup, then walk.
-    loop {
-        // The side structure, if the design has one, runs beside the L2 TLB (or after its miss).
-        // `before_walk`: when the L2 TLB and the side lookup have both said "not here";
-        // `walk_start`: when the walk begins (with the parallel walk, at the L1 miss or once the
-        // side lookup has missed, as the driver says).
-        let mut before_walk = if first { l2lat } else { 0 };
-        let mut walk_start = if first && eng.parallel_walk { 0 } else { before_walk };
-        if has_side {
-            let (r, sl) = match early.take() {
-                Some(done) => done,
-                None => side_lookup(eng, core, cid, asid, va)?,
-            };
-            let side_done = if first && !eng.side_parallel { l2lat + sl } else { sl };
-            before_walk = before_walk.max(side_done);
-            walk_start = if first && eng.parallel_walk {
-                if eng.side_gates_walk {
-                    side_done
-                } else {
-                    0
-                }
-            } else {
-                before_walk
-            };
-            if let Some(t) = r {
-                if eng.checked {
-                    check(eng, core, asid, va, t, "side lookup")?;
-                }
-                core.stats.tlb.l1_misses_by_size[t.size.index()] += 1;
-                core.tlbs.l2.insert(asid, va, t);
-                fill_l1(&mut core.tlbs, asid, va, t, fetch);
-                let stall = eng.os.migration_stall(asid, va, t, core.cycles);
-                return Ok((t, cycles + before_walk + stall));
-            }
-        }
-        eng.plan.clear();
-        eng.plan.checked = eng.checked;
-        let r = eng.os.walk(asid, &mut core.wc, va, &mut eng.plan);
-        if let Some(v) = eng.plan.violation {
-            return Err(Error::Check(format!("walk of ASID {asid} va {va:#x}: {v}")));
-        }
-        let dram_before = core.stats.walk.refs_by_level[Level::Dram as usize];
-        let wl = time_walk(&eng.plan, &mut eng.mem, cid, eng.entry, &mut core.stats.walk);
-        if eng.os.driver.migration().is_some() {
-            let dram = (core.stats.walk.refs_by_level[Level::Dram as usize] - dram_before) as u32;
-            eng.os.walk_observed(asid, va, r, dram);
-        }
-        cycles += before_walk.max(walk_start + wl);
-        first = false;
-        match r {
-            Some(t) => {
-                if eng.checked {
-                    check(eng, core, asid, va, t, "page walk")?;
-                }
-                core.stats.tlb.l1_misses_by_size[t.size.index()] += 1;
-                core.stats.tlb.l2_misses_by_size[t.size.index()] += 1;
-                core.tlbs.l2.insert(asid, va, t);
-                fill_l1(&mut core.tlbs, asid, va, t, fetch);
-                let stall = eng.os.migration_stall(asid, va, t, core.cycles);
-                return Ok((t, cycles + stall));
-            }
-            None => {
-                fault(eng, core, asid, va)?;
-            }
-        }
-    }
-}
-
-/// Runs and times the driver's side lookup; returns what it found and its latency. The caller
-/// checks the translation it uses.
-#[inline]
-fn side_lookup<D: Driver, T: TimingModel>(
-    eng: &mut Engine<D, T>,
-    core: &mut Core<D::WalkCache>,
-    cid: usize,
-    asid: u16,
-    va: u64,
-) -> Result<(Option<Translation>, u32)> {
-    eng.plan.clear();
-    eng.plan.checked = eng.checked;
-    let r = eng.os.side_lookup(asid, &mut core.wc, va, &mut eng.plan);
-    if let Some(v) = eng.plan.violation {
-        return Err(Error::Check(format!("side lookup of ASID {asid} va {va:#x}: {v}")));
-    }
-    let sl = time_walk(&eng.plan, &mut eng.mem, cid, eng.entry, &mut core.stats.side);
-    if r.is_some() {
-        core.stats.side_hits += 1;
-    }
-    Ok((r, sl))
-}
-
-/// Takes a page fault: the OS maps the page; its work is charged to this core.
-fn fault<D: Driver, T: TimingModel>(eng: &mut Engine<D, T>, core: &mut Core<D::WalkCache>, asid: u16, va: u64) -> Result<Translation> {
-    let before = eng.os.cycles(OsPath::Fault);
-    eng.os.now = core.cycles;
-    let t = eng.os.fault(asid, va)?;
-    let os = eng.os.cycles(OsPath::Fault) - before + eng.trap_cycles;
-    core.stats.faults += 1;
-    core.stats.os_cycles += os;
-    core.cycles += os;
-    // Shootdowns a fault caused (a policy that evicts on fault) must reach this core before it
-    // uses its TLBs again; other cores get them when the chunk ends.
-    for sd in &eng.os.pending {
-        if sd.tlb {
-            core.tlbs.invalidate(sd.asid, sd.start, sd.end);
-        }
-        eng.os.driver.invalidate_walk_cache(&mut core.wc, sd.asid, sd.start, sd.end);
-    }
-    Ok(t)
 }

@@ -24,8 +24,8 @@ pub trait Tsvc<D: Driver> {
     /// translation of `from` (an untagged MMU, or `sim.flush_on_switch`).
     fn switch(&mut self, driver: &D, from: u16, to: u16, flush: bool);
 
-    /// Drops every cached translation of every address space.
-    fn flush(&mut self, driver: &D);
+    /// Drops every cached translation of address space `asid`.
+    fn flush(&mut self, driver: &D, asid: u16);
 
     /// Applies one shootdown to the TLBs (if `sd.tlb`) and the walk caches.
     fn shootdown(&mut self, driver: &D, sd: &Shootdown);

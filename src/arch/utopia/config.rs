@@ -1,0 +1,233 @@
+//! Utopia's configuration section (`arch.utopia`), its set-index functions and the paper's
+//! TAR/SF size formulas.
+
+use super::*;
+
+/// The set-index function of a RestSeg (Utopia Fig. 30 compares these four).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SetHash {
+    /// VPN modulo the number of sets (Utopia's choice; a mask when sets are a power of two).
+    Modulo,
+    /// XOR of all log2(sets)-bit chunks of the VPN (XOR-based hashing, Cho et al.); needs a
+    /// power-of-two number of sets.
+    Xor,
+    /// Prime displacement (Kharbutli et al., HPCA'04): (tag · 17 + index) mod sets, where index and
+    /// tag are the VPN's low bits and the rest.
+    Prime,
+    /// Mersenne modulo (Yang & Yang): VPN mod (2^k − 1), the largest Mersenne number not above the
+    /// number of sets (so one set of a power-of-two count stays unused).
+    Mersenne,
+}
+
+/// The prime of [`SetHash::Prime`].
+pub(super) const DISPLACEMENT_PRIME: u64 = 17;
+
+pub(super) fn ceil_log2(x: u64) -> u32 {
+    if x <= 1 {
+        0
+    } else {
+        64 - (x - 1).leading_zeros()
+    }
+}
+
+impl SetHash {
+    /// The set of `vpn` among `sets` sets.
+    #[inline]
+    pub fn set(self, vpn: u64, sets: u64) -> u64 {
+        match self {
+            SetHash::Modulo => {
+                if sets.is_power_of_two() {
+                    vpn & (sets - 1)
+                } else {
+                    vpn % sets
+                }
+            }
+            SetHash::Xor => {
+                let b = ceil_log2(sets).max(1);
+                let mask = (1u64 << b) - 1;
+                let (mut x, mut h) = (vpn, 0u64);
+                while x != 0 {
+                    h ^= x & mask;
+                    x >>= b;
+                }
+                h % sets
+            }
+            SetHash::Prime => ((vpn / sets).wrapping_mul(DISPLACEMENT_PRIME).wrapping_add(vpn % sets)) % sets,
+            SetHash::Mersenne => {
+                let k = 63 - (sets + 1).leading_zeros(); // largest k with 2^k - 1 <= sets
+                let m = ((1u64 << k) - 1).max(1);
+                vpn % m
+            }
+        }
+    }
+}
+
+/// One RestSeg.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestSegConfig {
+    /// Bytes (a multiple of page × ways); 0 = all memory left at boot minus
+    /// `arch.utopia.kernel_reserve` (restrictive-only), rounded down.
+    #[serde(with = "bytes_serde")]
+    pub size: u64,
+    /// Page size it holds: 4K or 2M.
+    pub page: PageSize,
+    /// Associativity (ways per set).
+    pub ways: u32,
+    /// Set-index function.
+    #[serde(default = "default_hash")]
+    pub hash: SetHash,
+}
+
+pub(super) fn default_hash() -> SetHash {
+    SetHash::Modulo
+}
+
+/// Which new pages the page-fault handler puts in a RestSeg (§5.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FaultAlloc {
+    /// Every private page, evicting the set's SRRIP victim to the FlexSeg if the set is full
+    /// (Utopia's page-fault-based allocation).
+    Evict,
+    /// Only into a free way; a full set sends the page to the FlexSeg.
+    Free,
+    /// None: pages enter RestSegs only by PTW-tracking migration.
+    Off,
+}
+
+/// PTW-tracking migration from the FlexSeg into a RestSeg (§5.5).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MigrateConfig {
+    /// Track walks and migrate.
+    pub enabled: bool,
+    /// Walks of a page before it qualifies (Virtuoso Utopia v1.0: ≥ 2; 4-bit counter).
+    pub min_walks: u32,
+    /// DRAM references of those walks before it qualifies (Virtuoso: ≥ 2; 5-bit counter).
+    pub min_dram_refs: u32,
+}
+
+impl Default for MigrateConfig {
+    fn default() -> Self {
+        MigrateConfig { enabled: true, min_walks: 2, min_dram_refs: 2 }
+    }
+}
+
+/// Utopia configuration (`arch.utopia`). The FlexSeg's radix table and PWCs are `arch.radix`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UtopiaConfig {
+    /// RestSegs, reserved at boot in this order.
+    pub restsegs: Vec<RestSegConfig>,
+    /// Whether there is a FlexSeg (false = restrictive-only, the paper's §3 motivation system).
+    pub flexseg: bool,
+    /// TAR cache (Utopia Table 1: 2 KiB = 32 lines of 64 B, 2 cycles; 4-way from Virtuoso).
+    pub tar_cache: WalkCacheConfig,
+    /// SF cache (same geometry).
+    pub sf_cache: WalkCacheConfig,
+    /// Page-fault-based allocation policy.
+    pub fault_alloc: FaultAlloc,
+    /// PTW-tracking migration.
+    pub migrate: MigrateConfig,
+    /// Memory left to the kernel (buddy allocator) by a RestSeg of size 0.
+    #[serde(with = "bytes_serde")]
+    pub kernel_reserve: u64,
+    /// RSWs start on every L1 TLB miss, beside the L2 TLB (Fig. 17), so an L2 TLB hit still
+    /// probes (and fills) the TAR/SF caches; false = only on L2 TLB misses. With
+    /// `mmu.side_parallel = false` (Fig. 28's serial RSW) they run only on L2 TLB misses anyway.
+    pub rsw_on_l1_miss: bool,
+    /// With `mmu.l2_parallel_walk`, the FlexSeg walk starts only once every RSW has missed
+    /// (Fig. 17 read literally) instead of at the L1 TLB miss beside them (Utopia's artifact,
+    /// whose translation takes max(RSW, L1 + PTW)).
+    pub fsw_waits_for_rsw: bool,
+}
+
+impl Default for UtopiaConfig {
+    /// Utopia Table 1: 2 × 512 MB RestSegs (4 KB and 2 MB pages), 16-way, SRRIP, modulo hash;
+    /// TAR and SF caches 2 KB, 2 cycles.
+    fn default() -> Self {
+        UtopiaConfig {
+            restsegs: vec![
+                RestSegConfig { size: 512 << 20, page: PageSize::K4, ways: 16, hash: SetHash::Modulo },
+                RestSegConfig { size: 512 << 20, page: PageSize::M2, ways: 16, hash: SetHash::Modulo },
+            ],
+            flexseg: true,
+            tar_cache: WalkCacheConfig::new(32, 4, 2),
+            sf_cache: WalkCacheConfig::new(32, 4, 2),
+            fault_alloc: FaultAlloc::Evict,
+            migrate: MigrateConfig::default(),
+            kernel_reserve: 64 << 20,
+            rsw_on_l1_miss: true,
+            fsw_waits_for_rsw: false,
+        }
+    }
+}
+
+impl UtopiaConfig {
+    /// Checks the RestSegs, caches and thresholds.
+    pub fn validate(&self, key: &str) -> Result<()> {
+        if !self.flexseg && self.restsegs.is_empty() {
+            return Err(Error::config(format!("{key}.restsegs"), "a design without a FlexSeg needs at least one RestSeg"));
+        }
+        for (i, r) in self.restsegs.iter().enumerate() {
+            let k = format!("{key}.restsegs[{i}]");
+            if !(r.page == PageSize::K4 || r.page == PageSize::M2) {
+                return Err(Error::config(format!("{k}.page"), "must be 4K or 2M"));
+            }
+            if r.ways == 0 || r.ways > 256 {
+                return Err(Error::config(format!("{k}.ways"), "must be between 1 and 256"));
+            }
+            let unit = r.page.bytes() * r.ways as u64;
+            if !r.size.is_multiple_of(unit) {
+                return Err(Error::config(
+                    format!("{k}.size"),
+                    format!("must be a multiple of page × ways ({unit} bytes), or 0 for the rest of memory"),
+                ));
+            }
+            if r.hash == SetHash::Xor && r.size != 0 && !(r.size / unit).is_power_of_two() {
+                return Err(Error::config(format!("{k}.hash"), "xor needs a power-of-two number of sets"));
+            }
+        }
+        self.tar_cache.validate(&format!("{key}.tar_cache"))?;
+        self.sf_cache.validate(&format!("{key}.sf_cache"))?;
+        if self.migrate.min_walks > 15 {
+            return Err(Error::config(format!("{key}.migrate.min_walks"), "the PTE's 4-bit walk counter saturates at 15"));
+        }
+        if self.migrate.min_dram_refs > 31 {
+            return Err(Error::config(format!("{key}.migrate.min_dram_refs"), "the PTE's 5-bit cost counter saturates at 31"));
+        }
+        Ok(())
+    }
+}
+
+/// TAR size in bits of one process's TAR for a RestSeg (Utopia footnote 8): pages × (VA bits −
+/// log2(page) − log2(sets) + 10 metadata bits).
+pub fn tar_bits(size: u64, page: u64, ways: u64, va_bits: u32) -> u64 {
+    let pages = size / page;
+    let sets = pages / ways;
+    pages * tar_entry_bits(page, sets, va_bits) as u64
+}
+
+pub(super) fn tar_entry_bits(page: u64, sets: u64, va_bits: u32) -> u32 {
+    va_bits.saturating_sub(ceil_log2(page) + ceil_log2(sets)) + 10
+}
+
+/// SF size in bits (Utopia footnote 9): sets × (log2(ways) + 1).
+pub fn sf_bits(size: u64, page: u64, ways: u64) -> u64 {
+    (size / page / ways) * (ceil_log2(ways) as u64 + 1)
+}
+
+/// Bytes of a radix table mapping `pages` contiguous pages of `page` bytes (Fig. 13's comparison):
+/// one table per 512 entries at each level down from the leaf, plus the root.
+pub fn radix_bytes_for(pages: u64, page: PageSize, levels: u8) -> u64 {
+    let leaf_level = if page == PageSize::M2 { 2 } else { 1 };
+    let mut n = pages;
+    let mut tables = 0;
+    for _ in leaf_level..levels {
+        n = n.div_ceil(512);
+        tables += n;
+    }
+    (tables + 1) * 4096
+}

@@ -1,0 +1,149 @@
+//! Utopia's OS policies: placement into the RestSegs and PTW-tracking migration.
+
+use super::*;
+
+/// Placement into the RestSegs at faults, promotions and migrations (§5.2).
+impl FramePlacement<Utopia> for Utopia {
+    fn boot(&mut self, phys: &mut dyn Frames) -> Result<()> {
+        for (i, r) in self.cfg.restsegs.clone().iter().enumerate() {
+            let unit = r.page.bytes() * r.ways as u64;
+            let size = if r.size == 0 {
+                let free = phys.free_pages() * 4096;
+                (free.saturating_sub(self.cfg.kernel_reserve) / unit) * unit
+            } else {
+                r.size
+            };
+            let key = format!("arch.utopia.restsegs[{i}].size");
+            if size == 0 {
+                return Err(Error::config(key, "no memory left for this RestSeg"));
+            }
+            let sets = size / unit;
+            if r.hash == SetHash::Xor && !sets.is_power_of_two() {
+                return Err(Error::config(
+                    format!("arch.utopia.restsegs[{i}].hash"),
+                    format!("xor needs a power-of-two number of sets, found {sets}"),
+                ));
+            }
+            let pfn = phys.reserve_contiguous(size / 4096, r.page.order()).ok_or_else(|| {
+                Error::config(key, format!("cannot reserve {} of contiguous memory at boot", crate::addr::fmt_bytes(size)))
+            })?;
+            let ways = r.ways as u64;
+            let entry = tar_entry_bits(r.page.bytes(), sets, self.va_bits) as u64;
+            let sf_counter_bits = ceil_log2(ways) as u64 + 1;
+            self.segs.push(RestSeg {
+                base: pfn.addr(),
+                size,
+                page: r.page,
+                shift: r.page.shift(),
+                sets,
+                ways: r.ways as usize,
+                hash: r.hash,
+                global: SetAssoc::new(sets as usize, r.ways as usize, Replacement::Srrip),
+                reuse: vec![0; (sets * ways) as usize],
+                set_bits: entry * ways,
+                sf_counter_bits,
+                tar_bytes: tar_bits(size, r.page.bytes(), ways, self.va_bits).div_ceil(8),
+                sf_bytes: sf_bits(size, r.page.bytes(), ways).div_ceil(8),
+                stats: SegStats::default(),
+            });
+        }
+        Ok(())
+    }
+
+    fn place(&mut self, s: &mut UtopiaSpace, asid: u16, va: u64, size: PageSize, flags: MapFlags, env: &mut TdbEnv) -> Placement {
+        let migrating = self.in_flight.remove(&page_key(asid, va)).is_some();
+        // Already in a RestSeg (a stale migration request): it stays where it is.
+        for (i, g) in self.segs.iter().enumerate() {
+            if g.page == size {
+                if let Some(&slot) = s.segs[i].index.get(&(va >> g.shift)) {
+                    return Placement::Frame { pa: g.slot_pa(slot as usize), evict: None };
+                }
+            }
+        }
+        if flags.shared && self.cfg.flexseg {
+            self.shared_to_flexseg += 1;
+            return Placement::Buddy; // shared pages always live in the FlexSeg
+        }
+        let policy = if !self.cfg.flexseg || migrating { FaultAlloc::Evict } else { self.cfg.fault_alloc };
+        if policy == FaultAlloc::Off {
+            return Placement::Buddy;
+        }
+        // A free way in any RestSeg of this size (the global TAR's set), else the first one's victim.
+        let mut first = None;
+        for i in 0..self.segs.len() {
+            let g = &mut self.segs[i];
+            if g.page != size {
+                continue;
+            }
+            let vpn = va >> g.shift;
+            let set = g.set_of(vpn);
+            env.cost.hash(1);
+            env.cost.read(g.ways as u64);
+            if let Some(way) = (0..g.ways).find(|&w| g.global.tag_at(set, w).is_none()) {
+                if migrating {
+                    g.stats.migration_placements += 1;
+                } else {
+                    g.stats.fault_allocs += 1;
+                }
+                return Placement::Frame { pa: g.slot_pa(set * g.ways + way), evict: None };
+            }
+            first.get_or_insert((i, set));
+        }
+        let Some((i, set)) = first else { return Placement::Buddy };
+        if policy == FaultAlloc::Free {
+            return Placement::Buddy;
+        }
+        let g = &mut self.segs[i];
+        let way = g.global.choose_way(set);
+        let t = g.global.tag_at(set, way).expect("a full set");
+        let victim = Evict {
+            asid: (t & 0xffff) as u16,
+            va: (t >> 16) << g.shift,
+            size: g.page,
+            to: if self.cfg.flexseg { EvictTo::Buddy } else { EvictTo::Swap },
+        };
+        g.stats.evictions += 1;
+        if migrating {
+            g.stats.migration_placements += 1;
+        } else {
+            g.stats.fault_allocs += 1;
+        }
+        Placement::Frame { pa: g.slot_pa(set * g.ways + way), evict: Some(victim) }
+    }
+
+    fn owns_frame(&self, pa: u64) -> bool {
+        self.segs.iter().any(|g| g.contains(pa))
+    }
+}
+
+/// PTW-tracking migration from the FlexSeg into a RestSeg (§5.3).
+impl MigrationPolicy<Utopia> for Utopia {
+    fn walk_observed(&mut self, s: &mut UtopiaSpace, asid: u16, va: u64, t: Option<Translation>, dram_refs: u32) {
+        let m = &self.cfg.migrate;
+        let Some(t) = t else { return };
+        if !m.enabled || !self.segs.iter().any(|g| g.page == t.size) {
+            return;
+        }
+        let base = t.size.align_down(va);
+        let c = s.ptw.entry(base >> 12).or_insert((0, 0));
+        c.0 = (c.0 + 1).min(15);
+        c.1 = (c.1 as u32 + dram_refs).min(31) as u8;
+        if c.0 as u32 >= m.min_walks && c.1 as u32 >= m.min_dram_refs {
+            s.ptw.remove(&(base >> 12));
+            let key = page_key(asid, base);
+            if self.queued.insert(key, ()).is_none() {
+                self.pending.push(MigrationRequest { asid, va: base, size: t.size });
+                self.migration_requests += 1;
+            }
+        }
+    }
+
+    fn take_migrations(&mut self) -> Vec<MigrationRequest> {
+        self.in_flight.clear();
+        self.queued.clear();
+        for r in &self.pending {
+            self.in_flight.insert(page_key(r.asid, r.va), ());
+        }
+        std::mem::take(&mut self.pending)
+    }
+}

@@ -1,0 +1,101 @@
+//! One RestSeg (its frames and the OS's global TAR) and one process's TAR and SF of it.
+
+use super::*;
+
+/// Counters of one RestSeg.
+#[derive(Clone, Debug, Default)]
+pub(super) struct SegStats {
+    pub(super) rsw: u64,
+    pub(super) rsw_hits: u64,
+    pub(super) sf_filtered: u64,
+    pub(super) tar_lookups: u64,
+    pub(super) tar_hits: u64,
+    pub(super) sf_lookups: u64,
+    pub(super) sf_hits: u64,
+    pub(super) fault_allocs: u64,
+    pub(super) migration_placements: u64,
+    pub(super) evictions: u64,
+    pub(super) removals: u64,
+    /// Reuse (RSW hits) of pages when they left the RestSeg: 0, 1–5, 6–20, > 20.
+    pub(super) reuse_hist: [u64; 4],
+}
+
+/// One RestSeg: its frames and the OS's global TAR.
+pub(super) struct RestSeg {
+    pub(super) base: u64,
+    pub(super) size: u64,
+    pub(super) page: PageSize,
+    pub(super) shift: u32,
+    pub(super) sets: u64,
+    pub(super) ways: usize,
+    pub(super) hash: SetHash,
+    /// Global TAR: tag = VPN << 16 | ASID; SRRIP picks the victim.
+    pub(super) global: SetAssoc,
+    /// RSW hits of the page in each slot since it arrived.
+    pub(super) reuse: Vec<u32>,
+    /// Bits of one set's TAR entries and of one SF counter.
+    pub(super) set_bits: u64,
+    pub(super) sf_counter_bits: u64,
+    pub(super) tar_bytes: u64,
+    pub(super) sf_bytes: u64,
+    pub(super) stats: SegStats,
+}
+
+#[inline(always)]
+pub(super) fn gtag(vpn: u64, asid: u16) -> u64 {
+    (vpn << 16) | asid as u64
+}
+
+impl RestSeg {
+    #[inline(always)]
+    pub(super) fn set_of(&self, vpn: u64) -> usize {
+        self.hash.set(vpn, self.sets) as usize
+    }
+    #[inline(always)]
+    pub(super) fn slot_pa(&self, slot: usize) -> u64 {
+        self.base + slot as u64 * self.page.bytes()
+    }
+    #[inline(always)]
+    pub(super) fn contains(&self, pa: u64) -> bool {
+        pa >= self.base && pa < self.base + self.size
+    }
+    /// Byte offsets (first, last) in the TAR of `set`'s entries.
+    #[inline(always)]
+    pub(super) fn tar_span(&self, set: usize) -> (u64, u64) {
+        let first = set as u64 * self.set_bits;
+        (first / 8, (first + self.set_bits - 1) / 8)
+    }
+    #[inline(always)]
+    pub(super) fn sf_offset(&self, set: usize) -> u64 {
+        set as u64 * self.sf_counter_bits / 8
+    }
+    pub(super) fn record_reuse(&mut self, slot: usize) {
+        let r = std::mem::take(&mut self.reuse[slot]);
+        let b = match r {
+            0 => 0,
+            1..=5 => 1,
+            6..=20 => 2,
+            _ => 3,
+        };
+        self.stats.reuse_hist[b] += 1;
+        self.stats.removals += 1;
+    }
+}
+
+pub(super) const NO_TAG: u64 = u64::MAX;
+
+/// One process's TAR and SF of one RestSeg.
+pub(super) struct SegSpace {
+    /// Per slot: the VPN of this process's page there, or `NO_TAG`.
+    pub(super) tar: Vec<u64>,
+    /// Per slot: protection (part of the 10 metadata bits).
+    pub(super) prot: Vec<u8>,
+    /// Per set: pages of this process in the set.
+    pub(super) sf: Vec<u8>,
+    /// VPN → slot, sorted (the OS's range index).
+    pub(super) index: BTreeMap<u64, u32>,
+    pub(super) tar_pfn: Pfn,
+    pub(super) tar_order: u32,
+    pub(super) sf_pfn: Pfn,
+    pub(super) sf_order: u32,
+}

@@ -1,0 +1,287 @@
+//! Tests of the Utopia driver: RestSeg geometry, walks, placement, migration, iterators.
+
+use super::*;
+use crate::os::{Os, OsConfig};
+use crate::tapi::prot;
+
+/// The RestSeg walk of `va` in process `asid` of `os`.
+fn rsw(os: &mut crate::os::Os<Utopia>, asid: u16, wc: &mut UtopiaWc, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
+    let p = &mut os.procs[asid as usize];
+    os.driver.side_lookup(&mut p.space, wc, asid, va, plan)
+}
+
+fn seg(size: u64, page: PageSize, ways: u32) -> RestSegConfig {
+    RestSegConfig { size, page, ways, hash: SetHash::Modulo }
+}
+
+fn os_with(cfg: UtopiaConfig, memory: u64, swap: bool) -> Os<Utopia> {
+    let mut oc = OsConfig { memory, ..OsConfig::default() };
+    oc.swap.enabled = swap;
+    oc.swap.min_free = 0;
+    let d = Utopia::new(&cfg, &super::super::radix::RadixConfig::default());
+    Os::boot(d, &oc, 1).unwrap()
+}
+
+fn check(os: &mut Os<Utopia>) {
+    let Os { driver, procs, .. } = os;
+    driver.check_consistency(procs.iter_mut().map(|p| &mut p.space)).unwrap();
+    // The OS's truth and the driver agree on every page.
+    for p in procs.iter_mut() {
+        let mut objs = Vec::new();
+        let mut cost = OsCost::default();
+        let mut phys = PhysMem::new(64 << 20, 9);
+        driver.for_each(&mut p.space, 0, 1 << 47, &mut TdbEnv { phys: &mut phys, cost: &mut cost }, &mut |o| objs.push(*o));
+        let n: u64 = p.truth.counts().iter().sum();
+        assert_eq!(objs.len() as u64, n, "ASID {}", p.asid);
+        for o in objs {
+            assert_eq!(p.truth.lookup(o.va), Some((o.pa, o.size)), "{:#x}", o.va);
+        }
+    }
+}
+
+#[test]
+fn size_formulas_match_the_paper() {
+    // Footnotes 8-9 example: 16 KB RestSeg, 4 KB pages, 2-way: TAR 180 bits, SF 4 bits.
+    assert_eq!(tar_bits(16 << 10, 4096, 2, 48), 180);
+    assert_eq!(sf_bits(16 << 10, 4096, 2), 4);
+    // §8.3.1: a 512 MB 4 KB 16-way RestSeg has a 528 KB TAR.
+    assert_eq!(tar_bits(512 << 20, 4096, 16, 48) / 8, 528 << 10);
+    // SF: 8192 sets × 5 bits = 5 KB (the paper's 17 KB does not follow from footnote 9).
+    assert_eq!(sf_bits(512 << 20, 4096, 16) / 8, 5 << 10);
+    // Fig. 13's direction: TAR+SF smaller than the radix table for the same pages.
+    let pages = (512u64 << 20) / 4096;
+    assert!(tar_bits(512 << 20, 4096, 16, 48) / 8 + sf_bits(512 << 20, 4096, 16) / 8 < radix_bytes_for(pages, PageSize::K4, 4));
+    assert_eq!(radix_bytes_for(pages, PageSize::K4, 4), (256 + 1 + 1 + 1) * 4096);
+}
+
+#[test]
+fn set_hashes() {
+    let s = 64u64;
+    for h in [SetHash::Modulo, SetHash::Xor, SetHash::Prime, SetHash::Mersenne] {
+        for v in 0..10_000u64 {
+            assert!(h.set(v * 7919, s) < s);
+        }
+    }
+    // Modulo: consecutive VPNs fill consecutive sets; a stride of `sets` lands in one set.
+    assert_eq!((0..64).map(|v| SetHash::Modulo.set(v, s)).collect::<Vec<_>>(), (0..64).collect::<Vec<_>>());
+    assert!((0..16).all(|i| SetHash::Modulo.set(i * s, s) == 0));
+    // XOR and prime displacement spread that stride over distinct sets.
+    for h in [SetHash::Xor, SetHash::Prime] {
+        let mut sets: Vec<u64> = (0..16).map(|i| h.set(i * s, s)).collect();
+        sets.sort();
+        sets.dedup();
+        assert_eq!(sets.len(), 16, "{h:?}");
+    }
+    // Mersenne modulo over 64 sets uses 63 of them: vpn mod 63.
+    assert_eq!(SetHash::Mersenne.set(63, s), 0);
+    assert_eq!(SetHash::Mersenne.set(64, s), 1);
+    assert!((0..1000).all(|v| SetHash::Mersenne.set(v, s) < 63));
+    assert_eq!(SetHash::Xor.set(0b01_000011, 64), 0b000011 ^ 0b01);
+    assert_eq!(SetHash::Prime.set(2 * 64 + 5, 64), 2 * 17 + 5);
+}
+
+#[test]
+fn srrip_victims_on_a_hand_made_sequence() {
+    // One set of 4 ways (4 × 4 KiB RestSeg), FlexSeg behind it.
+    let cfg = UtopiaConfig { restsegs: vec![seg(16 << 10, PageSize::K4, 4)], ..UtopiaConfig::default() };
+    let mut os = os_with(cfg, 256 << 20, false);
+    let a = os.spawn(true).unwrap();
+    let base = 0x1000_0000u64;
+    let pg = |i: u64| base + i * 4096;
+    // Fill A B C D (ways 0..3, RRPV 2 each).
+    for i in 0..4 {
+        os.fault(a, pg(i)).unwrap();
+    }
+    let in_rest = |os: &Os<Utopia>, i: u64| os.driver.owns_frame(os.truth(a, pg(i)).unwrap().pbase);
+    assert!((0..4).all(|i| in_rest(&os, i)));
+    // RSW hit on B: RRPV 0.
+    let mut wc = os.driver.new_walk_cache();
+    let mut plan = WalkPlan::default();
+    let t = rsw(&mut os, a, &mut wc, pg(1), &mut plan).unwrap();
+    assert_eq!(Some(t), os.truth(a, pg(1)));
+    // E: ages to [3 1 3 3], evicts A (way 0). F evicts C (way 2), G evicts D, then H ages [.. 2 ..]
+    // and evicts B last.
+    os.fault(a, pg(4)).unwrap();
+    assert!(!in_rest(&os, 0) && in_rest(&os, 1) && in_rest(&os, 4));
+    os.fault(a, pg(5)).unwrap();
+    assert!(!in_rest(&os, 2));
+    os.fault(a, pg(6)).unwrap();
+    assert!(!in_rest(&os, 3));
+    assert!(in_rest(&os, 1), "the reused page survives three fills");
+    // All evicted pages still mapped, in the FlexSeg.
+    for i in 0..7 {
+        assert!(os.truth(a, pg(i)).is_some());
+    }
+    assert_eq!(os.stats.evictions, 3);
+    check(&mut os);
+}
+
+#[test]
+fn tar_and_sf_agree_with_the_global_tar_through_allocation_eviction_migration_and_unmap() {
+    // Two processes share a small 4 KiB RestSeg (8 sets × 2 ways) and a 2 MiB one (1 set × 2 ways).
+    let cfg = UtopiaConfig { restsegs: vec![seg(64 << 10, PageSize::K4, 2), seg(4 << 20, PageSize::M2, 2)], ..UtopiaConfig::default() };
+    let mut os = os_with(cfg, 512 << 20, false);
+    let a = os.spawn(false).unwrap();
+    let b = os.spawn(false).unwrap();
+    let fl = MapFlags::default();
+    let va = os.mmap(a, 64 << 20, fl).unwrap();
+    let vb = os.mmap(b, 64 << 20, fl).unwrap();
+    let mut rng = crate::rng::Rng::new(7);
+    for _ in 0..400 {
+        let (asid, base) = if rng.next_u64().is_multiple_of(2) { (a, va) } else { (b, vb) };
+        let off = (rng.next_u64() % 64) * 4096;
+        match rng.next_u64() % 8 {
+            0 => os.munmap(asid, base + off, 4096).unwrap_or(()),
+            1 => {
+                // A PTW-tracking request for a FlexSeg page, served at the next tick.
+                if let Some(t) = os.truth(asid, base + off) {
+                    if !os.driver.owns_frame(t.pbase) {
+                        let p = &mut os.procs[asid as usize];
+                        os.driver.walk_observed(&mut p.space, asid, base + off, Some(t), 2);
+                        os.driver.walk_observed(&mut p.space, asid, base + off, Some(t), 1);
+                    }
+                }
+                os.tick(0.0).unwrap();
+            }
+            _ => {
+                if os.vma(asid, base + off).is_some() && os.truth(asid, base + off).is_none() {
+                    os.fault(asid, base + off).unwrap();
+                }
+            }
+        }
+        check(&mut os);
+    }
+    assert!(os.stats.evictions > 0, "{:?}", os.stats);
+    assert!(os.stats.migrations > 0, "{:?}", os.stats);
+    let m = os.driver.metrics();
+    assert!(m["fault_allocations"].as_u64().unwrap() > 0);
+    assert!(m["migrations_to_restseg"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn shared_pages_stay_in_the_flexseg_and_huge_pages_use_the_2m_restseg() {
+    let cfg = UtopiaConfig::default();
+    let mut os = os_with(cfg, 2 << 30, false);
+    let a = os.spawn(false).unwrap();
+    let shared = MapFlags { shared: true, ..MapFlags::default() };
+    let v = os.mmap(a, 1 << 20, shared).unwrap();
+    let t = os.fault(a, v).unwrap();
+    assert!(!os.driver.owns_frame(t.pbase));
+    let h = os.mmap(a, 8 << 20, MapFlags { huge: crate::workload::HugeAdvice::Huge, ..MapFlags::default() }).unwrap();
+    let p = os.fault(a, h).unwrap();
+    // THP is off in this OS, so the 4 KiB RestSeg holds it.
+    assert_eq!(p.size, PageSize::K4);
+    assert!(os.driver.owns_frame(p.pbase));
+    // Placing a 2 MiB page by hand through the API: the 2 MiB RestSeg frame is accepted.
+    let g = os.driver.segs.iter().position(|g| g.page == PageSize::M2).unwrap();
+    let seg = &os.driver.segs[g];
+    let hb = h + (2 << 20);
+    let set = seg.set_of(hb >> 21);
+    let pa = seg.slot_pa(set * seg.ways);
+    let mut cost = OsCost::default();
+    let mut phys = PhysMem::new(64 << 20, 9);
+    let (d, s) = (&mut os.driver, &mut os.procs[a as usize].space);
+    d.update(s, &TObj::new(hb, pa, PageSize::M2, prot::RW), &mut TdbEnv { phys: &mut phys, cost: &mut cost }).unwrap();
+    // A 4 KiB page inside it is an overlap; a frame in the wrong set is refused.
+    assert!(d
+        .update(s, &TObj::new(hb + 4096, 0x7000_0000, PageSize::K4, prot::RW), &mut TdbEnv { phys: &mut phys, cost: &mut cost })
+        .is_err());
+    let wrong = seg_pa_other_set(d, g, hb + (2 << 20));
+    assert!(d
+        .update(s, &TObj::new(hb + (2 << 20), wrong, PageSize::M2, prot::RW), &mut TdbEnv { phys: &mut phys, cost: &mut cost })
+        .is_err());
+    assert_eq!(d.find(s, hb + 12345, &mut TdbEnv { phys: &mut phys, cost: &mut cost }).unwrap().pa, pa);
+}
+
+fn seg_pa_other_set(d: &Utopia, g: usize, va: u64) -> u64 {
+    let seg = &d.segs[g];
+    let set = seg.set_of(va >> seg.shift);
+    seg.slot_pa(((set + 1) % seg.sets as usize) * seg.ways)
+}
+
+#[test]
+fn rsw_references_and_the_sf_filter() {
+    let cfg = UtopiaConfig::default();
+    let mut os = os_with(cfg, 2 << 30, false);
+    let a = os.spawn(true).unwrap();
+    let mut wc = os.driver.new_walk_cache();
+    let mut plan = WalkPlan::default();
+    // Nothing mapped: both SF lines are fetched (SF cache cold), TAR lines too but not waited for.
+    assert!(rsw(&mut os, a, &mut wc, 0x4000_0000, &mut plan).is_none());
+    assert_eq!(plan.fixed_cycles, 2);
+    assert!(plan.refs.iter().filter(|r| r.needed).count() == 2, "{:?}", plan.refs);
+    assert!(plan.refs.len() > 2);
+    // Again: SF cache hits and says empty, so nothing goes to memory.
+    plan.clear();
+    assert!(rsw(&mut os, a, &mut wc, 0x4000_0000, &mut plan).is_none());
+    assert!(plan.refs.is_empty());
+    // Mapped: found, with the frame the OS installed.
+    let t = os.fault(a, 0x4000_0000).unwrap();
+    plan.clear();
+    wc = os.driver.new_walk_cache();
+    assert_eq!(rsw(&mut os, a, &mut wc, 0x4000_0123, &mut plan), Some(t));
+    // The FlexSeg walk does not see it.
+    plan.clear();
+    assert!(os.driver.walk(&mut os.procs[a as usize].space, &mut wc, a, 0x4000_0000, &mut plan).is_none());
+}
+
+#[test]
+fn restrictive_only_swaps_a_set_conflict_out() {
+    // No FlexSeg: one 4 KiB RestSeg of 4 sets × 2 ways; the fifth and later pages of a set evict.
+    let cfg = UtopiaConfig { restsegs: vec![seg(32 << 10, PageSize::K4, 2)], flexseg: false, ..UtopiaConfig::default() };
+    let mut os = os_with(cfg, 128 << 20, true);
+    let a = os.spawn(true).unwrap();
+    // Pages 0, 4, 8 hash to set 0: the third is a conflict although 6 ways are free.
+    for i in [0u64, 4, 8] {
+        os.fault(a, i * 4096).unwrap();
+    }
+    assert_eq!(os.stats.swap_outs, 1);
+    assert!(os.truth(a, 0).is_none(), "page 0 (SRRIP victim) went to swap");
+    os.fault(a, 0).unwrap();
+    assert_eq!(os.stats.swap_ins, 1);
+    assert_eq!(os.stats.faults_swapin, 1);
+    check(&mut os);
+}
+
+#[test]
+fn a_huge_victim_is_split_when_memory_has_no_2m_block() {
+    let cfg = UtopiaConfig { restsegs: vec![seg(4 << 20, PageSize::M2, 2)], ..UtopiaConfig::default() };
+    let mut oc = OsConfig { memory: 256 << 20, thp: crate::os::ThpMode::Always, ..OsConfig::default() };
+    oc.fragmentation.method = crate::os::FragMethod::Free2m;
+    oc.fragmentation.target = 1.0;
+    let d = Utopia::new(&cfg, &super::super::radix::RadixConfig::default());
+    let mut os = Os::boot(d, &oc, 1).unwrap();
+    assert_eq!(os.phys.free_blocks(9), 0, "no free 2 MiB block outside the RestSeg");
+    let a = os.spawn(false).unwrap();
+    let v = os.mmap(a, 16 << 20, MapFlags::default()).unwrap();
+    for i in 0..3 {
+        assert_eq!(os.fault(a, v + i * (2 << 20)).unwrap().size, PageSize::M2);
+    }
+    // The third 2 MiB page evicted the first, which now lives in 512 FlexSeg 4 KiB pages.
+    assert_eq!(os.stats.evictions, 1);
+    assert_eq!(os.truth(a, v + 0x1234).unwrap().size, PageSize::K4);
+    assert_eq!(os.procs[a as usize].truth.counts()[PageSize::K4.index()], 512);
+    check(&mut os);
+}
+
+#[test]
+fn iterators_agree_with_generic() {
+    let cfg = UtopiaConfig { restsegs: vec![seg(64 << 10, PageSize::K4, 2)], ..UtopiaConfig::default() };
+    let mut os = os_with(cfg, 256 << 20, false);
+    let a = os.spawn(true).unwrap();
+    for i in 0..40u64 {
+        os.fault(a, 0x20_0000 + i * 4096 * 3).unwrap();
+    }
+    let mut cost = OsCost::default();
+    let mut phys = PhysMem::new(64 << 20, 9);
+    let (d, s) = (&mut os.driver, &mut os.procs[a as usize].space);
+    let env = &mut TdbEnv { phys: &mut phys, cost: &mut cost };
+    for (lo, hi) in [(0u64, 0x20_0000u64), (0x20_0000, 0x40_0000), (0x20_5000, 0x21_0000), (0, 1 << 40)] {
+        let mut v1 = Vec::new();
+        d.for_each(s, lo, hi, env, &mut |o| v1.push(*o));
+        let mut v2 = Vec::new();
+        crate::tapi::generic_for_each(d, s, lo, hi, env, &mut |o| v2.push(*o));
+        assert_eq!(v1, v2, "{lo:#x}..{hi:#x}");
+        assert_eq!(d.range_is_empty(s, lo, hi, env), crate::tapi::generic_range_is_empty(d, s, lo, hi, env));
+    }
+}

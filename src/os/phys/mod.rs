@@ -1,0 +1,589 @@
+//! Simulated physical memory: a binary buddy allocator with two fragmentation knobs.
+//!
+//! Every frame the simulated OS hands out (data pages of 4 KiB..32 MiB, page-table pages, hash-table
+//! ways) comes from here, so page-walk references and data references get real, reproducible physical
+//! addresses.
+//!
+//! # Data structure
+//! Orders `0..max_order` have one *free bitmap* each (bit `i` of order `k` set = the block
+//! `[i << k, (i + 1) << k)` is a free block of exactly order `k`), kept as a 64-ary summary tree so
+//! "lowest free block of order k" and "next free block at or after x" cost a handful of word reads.
+//! A second bitmap per order marks the *heads of allocated blocks*, so [`PhysMem::free`] can prove that
+//! the block being freed was allocated with exactly that order before touching anything. Together
+//! the bitmaps cost about half a byte per 4 KiB frame (32 MiB for 256 GiB). Allocations larger than
+//! the largest buddy order (a 1 GiB page with `max_order` 14) and boot-time reservations of arbitrary
+//! length are rare and live in two small ordered maps.
+//!
+//! # Placement policy: lowest address first
+//! Linux keeps LIFO free lists (a freed page is handed out again first, while it is still cache-hot).
+//! We instead always take the lowest-addressed free block of the smallest order that fits. Both
+//! policies are deterministic for a given sequence of calls; we prefer address order because the
+//! allocator's state is then a pure function of *which* blocks are free, not of the order in which
+//! they were freed, so two runs that reach the same free set behave identically from there on and a
+//! state can be compared or described without replaying its history. Address-ordered first fit also
+//! packs live data towards low memory and leaves the high end contiguous, which keeps fragmentation
+//! a property of the knobs below rather than of allocator noise. On a freshly booted machine both
+//! policies hand out ascending, physically adjacent frames (splitting keeps the lower half), so the
+//! physical contiguity a workload sees "by accident" is similar.
+//!
+//! # Orders
+//! As in Linux, `max_order` is one more than the largest buddy order: with the default 14 the
+//! largest free block is order 13 (32 MiB). Requests above the largest order (e.g. order 18, a 1 GiB
+//! page, with `max_order` 14) are served from a naturally aligned run of free largest-order blocks;
+//! pass `max_order` 19 to make 1 GiB an ordinary buddy order instead.
+//!
+//! # Fragmentation knobs
+//! * [`PhysMem::fragment_fmfi`] reproduces Elastic Translations' `memfrag` tool: fill all free memory
+//!   with 4 KiB pages, then give back 32 MiB "relax" chunks while the free-memory fragmentation index
+//!   (FMFI) is above target and 512 KiB "press" chunks at stride 2 otherwise.
+//! * [`PhysMem::fragment_free_2m`] reproduces Virtuoso's knob: pin one random 4 KiB page in a chosen
+//!   fraction of the free 2 MiB blocks.
+//!
+//! Pages taken by either knob belong to a "fragmenter" that never frees them; they are ordinary
+//! order-0 allocations as far as the invariants are concerned ([`PhysMem::fragmenter_pages`]).
+
+mod bits;
+mod frag;
+#[cfg(test)]
+mod tests;
+
+use bits::*;
+use std::collections::BTreeMap;
+
+use crate::addr::{Pfn, BASE_PAGE};
+
+/// Largest `max_order` accepted by [`PhysMem::new`]; larger values are clamped to it. Order 39 is
+/// 2 PiB, far beyond any simulated machine, and keeps every `1 << order` well inside a `u64`.
+pub const MAX_ORDER_LIMIT: u32 = 40;
+
+// ---------------------------------------------------------------------------------------------------
+// The allocator
+// ---------------------------------------------------------------------------------------------------
+
+/// Simulated physical memory: a deterministic binary buddy allocator over `total_pages()` 4 KiB
+/// frames, with FMFI and free-2 MiB fragmentation knobs. See the module documentation.
+#[derive(Clone, Debug)]
+pub struct PhysMem {
+    /// Frames managed.
+    total: u64,
+    /// One more than the largest buddy order (Linux's MAX_ORDER convention).
+    max_order: u32,
+    /// Free bitmap per order `0..max_order`.
+    free: Vec<BitTree>,
+    /// Free blocks per order (popcount of `free[k]`, kept so statistics are O(orders)).
+    counts: Vec<u64>,
+    /// Sum of `counts[k] << k`.
+    free_pages: u64,
+    /// Allocated-block heads per order: bit `i` of order `k` = block `i` of order `k` is allocated
+    /// as one unit by `alloc`/`alloc_at`.
+    heads: Vec<Vec<u64>>,
+    /// Allocations above the largest buddy order: first pfn → order.
+    big: BTreeMap<u64, u32>,
+    /// Boot-time reservations made by `reserve_contiguous`: first pfn → pages.
+    reserved: BTreeMap<u64, u64>,
+    /// Order-0 pages held by the fragmenter knobs.
+    fragmenter: u64,
+}
+
+/// The translation API's view of physical memory: drivers allocate their tables here.
+impl crate::tapi::Frames for PhysMem {
+    fn alloc(&mut self, order: u32) -> Option<Pfn> {
+        PhysMem::alloc(self, order)
+    }
+    fn free(&mut self, pfn: Pfn, order: u32) -> Result<(), String> {
+        PhysMem::free(self, pfn, order)
+    }
+    fn free_pages(&self) -> u64 {
+        PhysMem::free_pages(self)
+    }
+    fn reserve_contiguous(&mut self, pages: u64, align_order: u32) -> Option<Pfn> {
+        PhysMem::reserve_contiguous(self, pages, align_order)
+    }
+}
+
+impl PhysMem {
+    /// Memory of `total_bytes` (rounded down to whole 4 KiB frames) with buddy orders
+    /// `0..max_order` (Linux convention: the default 14 gives order-13 = 32 MiB blocks; use 19 to
+    /// make order 18 = 1 GiB a buddy order). `max_order` is clamped to `1..=MAX_ORDER_LIMIT`.
+    /// Memory above the last whole largest-order block is still usable as smaller aligned blocks.
+    pub fn new(total_bytes: u64, max_order: u32) -> Self {
+        let total = total_bytes / BASE_PAGE;
+        let max_order = max_order.clamp(1, MAX_ORDER_LIMIT);
+        let mut m = PhysMem {
+            total,
+            max_order,
+            free: (0..max_order).map(|k| BitTree::new(total >> k)).collect(),
+            counts: vec![0; max_order as usize],
+            free_pages: 0,
+            heads: (0..max_order).map(|k| vec![0u64; words_for(total >> k)]).collect(),
+            big: BTreeMap::new(),
+            reserved: BTreeMap::new(),
+            fragmenter: 0,
+        };
+        // Cover [0, total) with the largest aligned blocks that fit; the tail blocks' buddies lie
+        // beyond the end, so nothing here could coalesce further.
+        let top = m.top();
+        let mut pos = 0u64;
+        while pos < total {
+            let k = pos.trailing_zeros().min(top).min(63 - (total - pos).leading_zeros());
+            m.list_add(pos, k);
+            pos += 1 << k;
+        }
+        m.free_pages = total;
+        m
+    }
+
+    /// One more than the largest buddy order, as passed to [`PhysMem::new`] (after clamping).
+    pub fn max_order(&self) -> u32 {
+        self.max_order
+    }
+
+    /// The largest buddy order, `max_order() - 1`: the largest block a free list can hold.
+    pub fn largest_order(&self) -> u32 {
+        self.top()
+    }
+
+    /// Frames (4 KiB pages) managed.
+    pub fn total_pages(&self) -> u64 {
+        self.total
+    }
+
+    /// Frames currently free.
+    pub fn free_pages(&self) -> u64 {
+        self.free_pages
+    }
+
+    /// Order-0 pages currently held by the fragmentation knobs (never freed by them).
+    pub fn fragmenter_pages(&self) -> u64 {
+        self.fragmenter
+    }
+
+    #[inline]
+    fn top(&self) -> u32 {
+        self.max_order - 1
+    }
+
+    /// Adds one block to the order-`k` free list without coalescing (callers guarantee its buddy
+    /// is not free). Callers keep `free_pages` right: a split or merge chain moves many blocks
+    /// between lists but changes the free total once.
+    #[inline]
+    fn list_add(&mut self, pfn: u64, k: u32) {
+        self.free[k as usize].set(pfn >> k);
+        self.counts[k as usize] += 1;
+    }
+
+    /// Removes one block from the order-`k` free list (see [`PhysMem::list_add`]).
+    #[inline]
+    fn list_remove(&mut self, pfn: u64, k: u32) {
+        self.free[k as usize].clear(pfn >> k);
+        self.counts[k as usize] -= 1;
+    }
+
+    /// Returns the aligned block `[pfn, pfn + 2^k)` (k ≤ top) to the free lists, merging with free
+    /// buddies as far as the largest order.
+    #[inline]
+    fn insert_free(&mut self, pfn: u64, k: u32) {
+        let top = self.top();
+        self.free_pages += 1 << k;
+        let mut p = pfn;
+        let mut k = k;
+        while k < top {
+            let buddy = (p >> k) ^ 1;
+            if !self.free[k as usize].test(buddy) {
+                break;
+            }
+            self.list_remove(buddy << k, k);
+            p &= !(1u64 << k);
+            k += 1;
+        }
+        self.list_add(p, k);
+    }
+
+    /// The free block containing `pfn`, as (first pfn, order).
+    fn free_block_at(&self, pfn: u64) -> Option<(u64, u32)> {
+        if pfn >= self.total {
+            return None;
+        }
+        (0..=self.top()).find_map(|k| self.free[k as usize].test(pfn >> k).then_some(((pfn >> k) << k, k)))
+    }
+
+    /// The lowest free block starting at or after `pfn`.
+    fn next_free_block(&self, pfn: u64) -> Option<(u64, u32)> {
+        let mut best: Option<(u64, u32)> = None;
+        for k in 0..=self.top() {
+            let from = pfn.div_ceil(1 << k);
+            if let Some(i) = self.free[k as usize].next_set(from) {
+                let start = i << k;
+                if best.is_none_or(|(b, _)| start < b) {
+                    best = Some((start, k));
+                }
+            }
+        }
+        best
+    }
+
+    /// Removes the aligned block `[pfn, pfn + 2^k)` (k ≤ top) from the free lists if it is entirely
+    /// free, splitting the free block that contains it; false (and no change) otherwise. Because free
+    /// buddies are always merged, an entirely free aligned block always lies inside one free block.
+    fn take_block(&mut self, pfn: u64, k: u32) -> bool {
+        let Some((start, j)) = (k..=self.top()).find_map(|j| self.free[j as usize].test(pfn >> j).then_some(((pfn >> j) << j, j))) else {
+            return false;
+        };
+        self.list_remove(start, j);
+        for s in (k..j).rev() {
+            // The half of the order-(s+1) block that does not hold `pfn` stays free.
+            self.list_add(((pfn >> s) ^ 1) << s, s);
+        }
+        self.free_pages -= 1 << k;
+        true
+    }
+
+    /// Allocates a naturally aligned block of 2^`order` frames: the lowest-addressed free block of
+    /// the smallest order ≥ `order` that has one, split as needed (lower half kept, upper halves
+    /// freed). Orders above [`PhysMem::largest_order`] take the lowest aligned run of free
+    /// largest-order blocks. None when nothing fits.
+    pub fn alloc(&mut self, order: u32) -> Option<Pfn> {
+        let top = self.top();
+        if order > top {
+            return self.alloc_big(order);
+        }
+        let j = order + self.counts[order as usize..].iter().position(|&c| c > 0)? as u32;
+        let idx = self.free[j as usize].first_mut()?;
+        let pfn = idx << j;
+        self.list_remove(pfn, j);
+        for s in (order..j).rev() {
+            self.list_add(pfn + (1 << s), s);
+        }
+        self.free_pages -= 1 << order;
+        bit_set(&mut self.heads[order as usize], pfn >> order);
+        Some(Pfn(pfn))
+    }
+
+    /// Lowest naturally aligned run of 2^(order - top) free largest-order blocks.
+    fn alloc_big(&mut self, order: u32) -> Option<Pfn> {
+        let top = self.top();
+        if order >= 63 || (1u64 << order) > self.total {
+            return None;
+        }
+        let n = 1u64 << (order - top);
+        let tree = &self.free[top as usize];
+        let mut from = 0;
+        let found = loop {
+            let idx = tree.next_set(from)?;
+            let group = idx / n * n;
+            if range_all_set(tree.level(0), group, n) {
+                break group << top;
+            }
+            from = group + n;
+        };
+        self.carve_big(found, order);
+        Some(Pfn(found))
+    }
+
+    /// Whether every largest-order block of `[pfn, pfn + 2^order)` is free (order > top, aligned).
+    fn big_range_free(&self, pfn: u64, order: u32) -> bool {
+        let top = self.top();
+        range_all_set(self.free[top as usize].level(0), pfn >> top, 1 << (order - top))
+    }
+
+    fn carve_big(&mut self, pfn: u64, order: u32) {
+        let top = self.top();
+        for i in 0..(1u64 << (order - top)) {
+            self.list_remove(pfn + (i << top), top);
+        }
+        self.free_pages -= 1 << order;
+        self.big.insert(pfn, order);
+    }
+
+    /// Checks that `[pfn, pfn + 2^order)` is a naturally aligned block inside memory.
+    fn check_block(&self, pfn: u64, order: u32) -> Result<(), String> {
+        if order >= 63 {
+            return Err(format!("order {order} is not a block order"));
+        }
+        let size = 1u64 << order;
+        if !pfn.is_multiple_of(size) {
+            return Err(format!("pfn {pfn:#x} is not aligned to its order-{order} block"));
+        }
+        if pfn >= self.total || size > self.total - pfn {
+            return Err(format!("order-{order} block at pfn {pfn:#x} lies outside memory of {} frames", self.total));
+        }
+        Ok(())
+    }
+
+    /// Allocates exactly the naturally aligned block `[pfn, pfn + 2^order)` if it is entirely free
+    /// (boot-time carving of reserved regions: a 1 GiB hugetlb pool, Utopia's RestSegs). False, with
+    /// no change, if any part is in use or the block is misaligned or outside memory. Free it with
+    /// [`PhysMem::free`] and the same order.
+    pub fn alloc_at(&mut self, pfn: Pfn, order: u32) -> bool {
+        let p = pfn.0;
+        if self.check_block(p, order).is_err() {
+            return false;
+        }
+        if order > self.top() {
+            if !self.big_range_free(p, order) {
+                return false;
+            }
+            self.carve_big(p, order);
+            return true;
+        }
+        if !self.take_block(p, order) {
+            return false;
+        }
+        bit_set(&mut self.heads[order as usize], p >> order);
+        true
+    }
+
+    /// Reserves `pages` contiguous frames at boot, starting at the lowest pfn aligned to
+    /// 2^`align_order` from which the whole range is free (e.g. a 512 MiB RestSeg). Returns the first
+    /// pfn, or None if no such range exists (or `pages` is 0). The range is neither a buddy block nor
+    /// freeable with [`PhysMem::free`]; give it back with [`PhysMem::unreserve_contiguous`].
+    pub fn reserve_contiguous(&mut self, pages: u64, align_order: u32) -> Option<Pfn> {
+        if pages == 0 || pages > self.total || align_order >= 63 {
+            return None;
+        }
+        let align = 1u64 << align_order;
+        let mut pos = 0u64;
+        // Walk maximal runs of adjacent free blocks in address order.
+        let start = loop {
+            let (run_start, k) = match self.free_block_at(pos) {
+                Some(b) => b,
+                None => self.next_free_block(pos)?,
+            };
+            let mut run_end = run_start + (1 << k);
+            // A free block containing `run_end` cannot also contain `run_end - 1`, so it starts there.
+            while let Some((_, k2)) = self.free_block_at(run_end) {
+                run_end += 1 << k2;
+            }
+            let a = run_start.div_ceil(align).saturating_mul(align);
+            if a < run_end && pages <= run_end - a {
+                break a;
+            }
+            pos = run_end;
+        };
+        self.for_aligned_blocks(start, pages, |m, p, k| {
+            let took = m.take_block(p, k);
+            debug_assert!(took, "range was checked free");
+        });
+        self.reserved.insert(start, pages);
+        Some(Pfn(start))
+    }
+
+    /// Gives back a range made by [`PhysMem::reserve_contiguous`]; `pfn` and `pages` must match the
+    /// reservation exactly. Err (and no change) otherwise.
+    pub fn unreserve_contiguous(&mut self, pfn: Pfn, pages: u64) -> Result<(), String> {
+        let what = format!("unreserve of {pages} frames at pfn {:#x}", pfn.0);
+        match self.reserved.get(&pfn.0) {
+            Some(&p) if p == pages => {}
+            Some(&p) => return Err(format!("{what}: the reservation there has {p} frames")),
+            None => return Err(format!("{what}: no reservation starts there")),
+        }
+        self.reserved.remove(&pfn.0);
+        self.for_aligned_blocks(pfn.0, pages, |m, p, k| m.insert_free(p, k));
+        Ok(())
+    }
+
+    /// Calls `f(self, pfn, order)` for the maximal aligned blocks (order ≤ top) that tile
+    /// `[start, start + pages)`.
+    fn for_aligned_blocks(&mut self, start: u64, pages: u64, mut f: impl FnMut(&mut Self, u64, u32)) {
+        let top = self.top();
+        let end = start + pages;
+        let mut p = start;
+        while p < end {
+            let k = p.trailing_zeros().min(top).min(63 - (end - p).leading_zeros());
+            f(self, p, k);
+            p += 1 << k;
+        }
+    }
+
+    /// Frees a block previously allocated (by [`PhysMem::alloc`] or [`PhysMem::alloc_at`]) with the
+    /// same order, merging it with free buddies up to the largest order. Freeing anything else —
+    /// a free page (double free), a block allocated with another order, a page inside a reservation,
+    /// a misaligned or out-of-range block — is a simulator bug: Err describes it and nothing changes.
+    pub fn free(&mut self, pfn: Pfn, order: u32) -> Result<(), String> {
+        let p = pfn.0;
+        self.check_block(p, order).map_err(|e| format!("free of order-{order} block at pfn {p:#x}: {e}"))?;
+        if order > self.top() {
+            if self.big.get(&p) != Some(&order) {
+                return Err(self.bad_free(p, order));
+            }
+            self.big.remove(&p);
+            let top = self.top();
+            for i in 0..(1u64 << (order - top)) {
+                self.insert_free(p + (i << top), top);
+            }
+            return Ok(());
+        }
+        if !bit_test(&self.heads[order as usize], p >> order) {
+            return Err(self.bad_free(p, order));
+        }
+        bit_clear(&mut self.heads[order as usize], p >> order);
+        self.insert_free(p, order);
+        Ok(())
+    }
+
+    /// Describes why freeing `[p, p + 2^order)` is wrong.
+    fn bad_free(&self, p: u64, order: u32) -> String {
+        let what = format!("free of order-{order} block at pfn {p:#x}");
+        if let Some((s, k)) = self.free_block_at(p) {
+            return format!("{what}: double free (the page lies in free order-{k} block at pfn {s:#x})");
+        }
+        for k in 0..=self.top() {
+            if bit_test(&self.heads[k as usize], p >> k) {
+                let s = (p >> k) << k;
+                return if s == p {
+                    format!("{what}: the block was allocated with order {k}")
+                } else {
+                    format!("{what}: the page lies inside an order-{k} block allocated at pfn {s:#x}")
+                };
+            }
+        }
+        if let Some((&s, &k)) = self.big.range(..=p).next_back() {
+            if p < s + (1 << k) {
+                return format!("{what}: the page lies inside an order-{k} block allocated at pfn {s:#x}");
+            }
+        }
+        if let Some((&s, &n)) = self.reserved.range(..=p).next_back() {
+            if p < s + n {
+                return format!("{what}: the page lies inside a {n}-frame reservation at pfn {s:#x}");
+            }
+        }
+        format!("{what}: the block was never allocated")
+    }
+
+    /// The maximal runs of physically adjacent free frames, in address order, as (first pfn,
+    /// frames): what an allocator handing out contiguous ranges larger than one buddy block (RMM's
+    /// eager paging) chooses from. Each run is a sequence of adjacent free buddy blocks; any
+    /// naturally aligned block inside a run can be taken with [`PhysMem::alloc_at`].
+    pub fn free_runs(&self) -> Vec<(Pfn, u64)> {
+        let mut runs = Vec::new();
+        let mut pos = 0;
+        while let Some((start, k)) = self.next_free_block(pos) {
+            let mut end = start + (1 << k);
+            // A free block containing `end` cannot also contain `end - 1`, so it starts there.
+            while let Some((_, k2)) = self.free_block_at(end) {
+                end += 1 << k2;
+            }
+            runs.push((Pfn(start), end - start));
+            pos = end;
+        }
+        runs
+    }
+
+    /// Whether frame `pfn` is free (false for frames outside memory).
+    pub fn is_free(&self, pfn: Pfn) -> bool {
+        self.free_block_at(pfn.0).is_some()
+    }
+
+    /// Number of free blocks of exactly `order` in the free lists (0 above the largest order).
+    pub fn free_blocks(&self, order: u32) -> u64 {
+        self.counts.get(order as usize).copied().unwrap_or(0)
+    }
+
+    /// Free frames that lie in free blocks of order ≥ `order`.
+    pub fn free_pages_at_least(&self, order: u32) -> u64 {
+        self.counts.iter().enumerate().skip(order as usize).map(|(k, &c)| c << k).sum()
+    }
+
+    /// Free blocks per order `0..max_order`, like one row of `/proc/buddyinfo`.
+    pub fn buddyinfo(&self) -> Vec<u64> {
+        self.counts.clone()
+    }
+
+    /// Free blocks of exactly `order`, ascending (tests compare whole free lists with it).
+    #[cfg(test)]
+    fn free_list(&self, order: u32) -> Vec<u64> {
+        self.free.get(order as usize).map(|t| t.ones().map(|i| i << order).collect()).unwrap_or_default()
+    }
+
+    /// Checks every invariant: bitmaps well formed, block counts and `free_pages` consistent, no two
+    /// free buddies below the largest order, free blocks and allocated blocks (buddy, large and
+    /// reserved) pairwise disjoint and inside memory, and every frame either free or allocated.
+    /// Err describes the first violation. Costs a pass over all bitmaps (tests and checked mode).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let top = self.top();
+        let mut free_sum = 0u64;
+        let mut alloc_sum = 0u64;
+        for k in 0..=top {
+            let ku = k as usize;
+            let tree = &self.free[ku];
+            tree.check().map_err(|e| format!("order-{k} free bitmap: {e}"))?;
+            if tree.len != self.total >> k {
+                return Err(format!("order-{k} free bitmap sized for {} blocks", tree.len));
+            }
+            let n = tree.count_ones();
+            if n != self.counts[ku] {
+                return Err(format!("order {k}: {n} free blocks in the bitmap but the count says {}", self.counts[ku]));
+            }
+            free_sum += n << k;
+            let heads = &self.heads[ku];
+            if let Some(i) = ones(heads).find(|&i| i >= self.total >> k) {
+                return Err(format!("order {k}: allocated block {i} lies outside memory"));
+            }
+            alloc_sum += ones(heads).count() as u64 * (1 << k);
+            if k < top {
+                if let Some(i) = tree.ones().find(|&i| i & 1 == 0 && tree.test(i + 1)) {
+                    return Err(format!("order {k}: buddies at pfn {:#x} and {:#x} are both free", i << k, (i + 1) << k));
+                }
+            }
+        }
+        if free_sum != self.free_pages {
+            return Err(format!("free lists hold {free_sum} frames but free_pages is {}", self.free_pages));
+        }
+
+        // Large allocations and reservations: inside memory, aligned, pairwise disjoint.
+        let mut ranges: Vec<(u64, u64, &'static str)> = Vec::new();
+        for (&s, &k) in &self.big {
+            if k <= top || k >= 63 || !s.is_multiple_of(1 << k) {
+                return Err(format!("large allocation at pfn {s:#x} has bad order {k}"));
+            }
+            ranges.push((s, s + (1 << k), "large allocation"));
+        }
+        for (&s, &n) in &self.reserved {
+            ranges.push((s, s.saturating_add(n), "reservation"));
+        }
+        ranges.sort_unstable();
+        for (i, &(s, e, what)) in ranges.iter().enumerate() {
+            if e > self.total || s >= e {
+                return Err(format!("{what} [{s:#x}, {e:#x}) lies outside memory"));
+            }
+            if let Some(&(s2, _, w2)) = ranges.get(i + 1) {
+                if s2 < e {
+                    return Err(format!("{what} at pfn {s:#x} overlaps {w2} at pfn {s2:#x}"));
+                }
+            }
+            alloc_sum += e - s;
+        }
+        let in_range = |start: u64, len: u64| -> Option<&'static str> {
+            let i = ranges.partition_point(|r| r.0 < start + len);
+            let r = ranges.get(i.checked_sub(1)?)?;
+            (r.1 > start).then_some(r.2)
+        };
+
+        // Every free or allocated buddy block overlaps nothing else.
+        for k in 0..=top {
+            let ku = k as usize;
+            let blocks = self.free[ku].ones().map(|i| (i, true)).chain(ones(&self.heads[ku]).map(|i| (i, false)));
+            for (i, is_free) in blocks {
+                let p = i << k;
+                let kind = if is_free { "free" } else { "allocated" };
+                if is_free && bit_test(&self.heads[ku], i) {
+                    return Err(format!("order-{k} block at pfn {p:#x} is both free and allocated"));
+                }
+                for j in k + 1..=top {
+                    let ju = j as usize;
+                    let idx = p >> j;
+                    if self.free[ju].test(idx) || bit_test(&self.heads[ju], idx) {
+                        return Err(format!("{kind} order-{k} block at pfn {p:#x} overlaps order-{j} block at pfn {:#x}", idx << j));
+                    }
+                }
+                if let Some(what) = in_range(p, 1 << k) {
+                    return Err(format!("{kind} order-{k} block at pfn {p:#x} overlaps a {what}"));
+                }
+            }
+        }
+        if free_sum + alloc_sum != self.total {
+            return Err(format!("{free_sum} free + {alloc_sum} allocated frames != {} frames of memory", self.total));
+        }
+        Ok(())
+    }
+}
