@@ -92,9 +92,18 @@ fn missing() -> Option<String> {
     None
 }
 
+/// Whether a missing prerequisite fails the test instead of skipping it: `XLATE_REQUIRE_QEMU=1`,
+/// which `.ci/run` sets when it built the plugin.
+fn qemu_required() -> bool {
+    std::env::var("XLATE_REQUIRE_QEMU").is_ok_and(|v| v == "1")
+}
+
 macro_rules! require_qemu {
     ($name:expr) => {
         if let Some(why) = missing() {
+            if qemu_required() {
+                panic!("{}: XLATE_REQUIRE_QEMU=1 but the QEMU tests cannot run: {why}", $name);
+            }
             eprintln!("SKIP {}: {why}", $name);
             return;
         }
