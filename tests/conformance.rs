@@ -75,7 +75,12 @@ macro_rules! conformance {
 
 conformance! {
     radix: Radix => [Case { design: "radix4-thp", sets: &[] }, Case { design: "radix5", sets: &[] }];
-    fpt: Fpt => [Case { design: "fpt-l3l2-thp", sets: &[] }, Case { design: "fpt-l4l3-l2l1", sets: &[] }];
+    fpt: Fpt => [
+        Case { design: "fpt-l3l2-thp", sets: &[] },
+        Case { design: "fpt-l4l3-l2l1", sets: &[] },
+        Case { design: "fpt-l4l3", sets: &["os.thp=always"] },
+        Case { design: "fpt-l2l1", sets: &[] },
+    ];
     ecpt: Ecpt => [Case { design: "ecpt-thp", sets: &["arch.ecpt.sizes=[\"4K\",\"2M\",\"1G\"]"] }, Case { design: "ech", sets: &[] }];
     pomtlb: PomTlb => [Case { design: "pomtlb", sets: &[] }];
     rmm: Rmm => [Case { design: "rmm", sets: &[] }];
@@ -792,7 +797,9 @@ fn access<D: Registered>(os: &mut Os<D>, wc: &mut D::WalkCache, asid: u16, va: u
     let h = hw(driver, &mut procs[asid as usize].space, wc, asid, va);
     check_hw(&h, truth, ctx);
     if h.side.is_none() {
-        os.walk_observed(asid, va, h.walk, h.walk_refs);
+        if let Some(m) = os.driver.migration() {
+            m.walk_observed(&mut os.procs[asid as usize].space, asid, va, h.walk, h.walk_refs);
+        }
     }
 }
 

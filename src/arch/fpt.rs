@@ -676,7 +676,7 @@ impl Driver for Fpt {
 mod tests {
     use super::*;
     use crate::os::phys::PhysMem;
-    use crate::tapi::{generic_for_each, generic_range_is_empty, prot, OsCost};
+    use crate::tapi::{prot, OsCost};
 
     const ALL: [Flatten; 4] = [Flatten::L4L3L2L1, Flatten::L3L2, Flatten::L4L3, Flatten::L2L1];
 
@@ -935,47 +935,6 @@ mod tests {
         // Without fallback, the missing block is an out-of-memory error.
         let mut strict = Fpt::new(&FptConfig { fallback: false, ..FptConfig::default() });
         assert!(matches!(strict.create_space(2, &mut env), Err(Error::OutOfMemory(_))));
-    }
-
-    #[test]
-    fn range_checks_and_iterators_agree_with_generic() {
-        for f in ALL {
-            let mut d = driver(f);
-            let (mut phys, mut cost) = phys();
-            let mut env = TdbEnv { phys: &mut phys, cost: &mut cost };
-            let mut s = d.create_space(1, &mut env).unwrap();
-            let mut pa = 0x1000_0000;
-            for va in [0x20_0000u64, 0x20_1000, 0x3f_f000, 0x60_0000, 0x4000_0000, 0x7f_ffff_f000] {
-                d.update(&mut s, &TObj::new(va, pa, PageSize::K4, prot::RW), &mut env).unwrap();
-                pa += 0x1000;
-            }
-            if d.can_map(0, PageSize::M2).is_ok() {
-                d.update(&mut s, &TObj::new(0x80_0000, 0x4000_0000, PageSize::M2, prot::RW), &mut env).unwrap();
-            }
-            d.update(&mut s, &TObj::new(0x1_4000_0000, 0x8000_0000, PageSize::G1, prot::RW), &mut env).unwrap();
-            for (a, b) in [
-                (0u64, 0x20_0000u64),
-                (0x20_0000, 0x40_0000),
-                (0x40_0000, 0x60_0000),
-                (0x20_2000, 0x3f_f000),
-                (0x7f_f000, 0x81_0000),
-                (0, 0x100_0000),
-                (0x3fff_f000, 0x4000_2000),
-                (0x1_0000_0000, 0x1_4000_1000),
-                (0x1_4000_1000, 0x1_4020_0000),
-                (0x1_7fff_f000, 0x1_8000_1000),
-                (0x7f_ffe0_0000, 0x80_0000_0000),
-            ] {
-                let fast = d.range_is_empty(&mut s, a, b, &mut env);
-                let slow = generic_range_is_empty(&mut d, &mut s, a, b, &mut env);
-                assert_eq!(fast, slow, "{f:?} range {a:#x}..{b:#x}");
-                let mut v1 = Vec::new();
-                d.for_each(&mut s, a, b, &mut env, &mut |o| v1.push(*o));
-                let mut v2 = Vec::new();
-                generic_for_each(&mut d, &mut s, a, b, &mut env, &mut |o| v2.push(*o));
-                assert_eq!(v1, v2, "{f:?} range {a:#x}..{b:#x}");
-            }
-        }
     }
 
     #[test]

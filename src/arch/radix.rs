@@ -511,34 +511,4 @@ mod tests {
             assert_eq!(plan.unfiltered, levels as u32);
         }
     }
-
-    #[test]
-    fn range_checks_and_iterators_agree_with_generic() {
-        let (mut r, mut phys, mut cost) = setup(4);
-        let mut env = TdbEnv { phys: &mut phys, cost: &mut cost };
-        let mut s = r.create_space(1, &mut env).unwrap();
-        let mut pa = 0x1000_0000;
-        for va in [0x20_0000u64, 0x20_1000, 0x3f_f000, 0x60_0000] {
-            r.update(&mut s, &TObj::new(va, pa, PageSize::K4, prot::RW), &mut env).unwrap();
-            pa += 0x1000;
-        }
-        r.update(&mut s, &TObj::new(0x80_0000, 0x4000_0000, PageSize::M2, prot::RW), &mut env).unwrap();
-        for (a, b) in [
-            (0u64, 0x20_0000u64),
-            (0x20_0000, 0x40_0000),
-            (0x40_0000, 0x60_0000),
-            (0x20_2000, 0x3f_f000),
-            (0x7f_f000, 0x81_0000),
-            (0, 0x100_0000),
-        ] {
-            let fast = r.range_is_empty(&mut s, a, b, &mut env);
-            let slow = crate::tapi::generic_range_is_empty(&mut r, &mut s, a, b, &mut env);
-            assert_eq!(fast, slow, "range {a:#x}..{b:#x}");
-            let mut v1 = Vec::new();
-            r.for_each(&mut s, a, b, &mut env, &mut |o| v1.push(*o));
-            let mut v2 = Vec::new();
-            crate::tapi::generic_for_each(&mut r, &mut s, a, b, &mut env, &mut |o| v2.push(*o));
-            assert_eq!(v1, v2, "range {a:#x}..{b:#x}");
-        }
-    }
 }

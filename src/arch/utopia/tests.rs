@@ -263,25 +263,3 @@ fn a_huge_victim_is_split_when_memory_has_no_2m_block() {
     assert_eq!(os.procs[a as usize].truth.counts()[PageSize::K4.index()], 512);
     check(&mut os);
 }
-
-#[test]
-fn iterators_agree_with_generic() {
-    let cfg = UtopiaConfig { restsegs: vec![seg(64 << 10, PageSize::K4, 2)], ..UtopiaConfig::default() };
-    let mut os = os_with(cfg, 256 << 20, false);
-    let a = os.spawn(true).unwrap();
-    for i in 0..40u64 {
-        os.fault(a, 0x20_0000 + i * 4096 * 3).unwrap();
-    }
-    let mut cost = OsCost::default();
-    let mut phys = PhysMem::new(64 << 20, 9);
-    let (d, s) = (&mut os.driver, &mut os.procs[a as usize].space);
-    let env = &mut TdbEnv { phys: &mut phys, cost: &mut cost };
-    for (lo, hi) in [(0u64, 0x20_0000u64), (0x20_0000, 0x40_0000), (0x20_5000, 0x21_0000), (0, 1 << 40)] {
-        let mut v1 = Vec::new();
-        d.for_each(s, lo, hi, env, &mut |o| v1.push(*o));
-        let mut v2 = Vec::new();
-        crate::tapi::generic_for_each(d, s, lo, hi, env, &mut |o| v2.push(*o));
-        assert_eq!(v1, v2, "{lo:#x}..{hi:#x}");
-        assert_eq!(d.range_is_empty(s, lo, hi, env), crate::tapi::generic_range_is_empty(d, s, lo, hi, env));
-    }
-}
