@@ -5,177 +5,30 @@
 //! translation structures goes through the translation API ([`tapi::Tdb`]), charged to the OS path
 //! (fault, promote, unmap) and API function it ran under, so each design's OS cost is measured.
 
+mod config;
 pub mod eager;
+mod fault;
+mod host;
+mod khugepaged;
 pub mod phys;
 mod placement;
 pub mod truth;
 
+pub use config::*;
+pub use host::ProcVm;
+
 pub use placement::{MigrationConfig, SwapConfig};
 
-use crate::addr::{bytes_serde, PageSize, Pfn};
+use crate::addr::{PageSize, Pfn};
 use crate::error::{Error, Result};
 use crate::mmu::pipeline::TranslationHost;
 use crate::tapi::Driver;
 use crate::tapi::Translation;
-use crate::tapi::{prot, Event, Func, OsCost, OsCostModel, Path, Placement, Shootdown, TObj, TdbEnv};
+use crate::tapi::{prot, Event, Func, OsCost, Path, Placement, Shootdown, TObj, TdbEnv};
 use crate::workload::{HugeAdvice, MapFlags, Vm};
 use phys::PhysMem;
 use std::collections::{BTreeMap, VecDeque};
 use truth::{IntMap, Truth};
-
-/// Transparent huge page mode (`/sys/kernel/mm/transparent_hugepage/enabled`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ThpMode {
-    /// Never a 2 MiB page.
-    Never,
-    /// Only in VMAs advised `MADV_HUGEPAGE`.
-    Madvise,
-    /// Everywhere not advised `MADV_NOHUGEPAGE`.
-    Always,
-}
-
-/// khugepaged settings (Linux defaults in `mm/khugepaged.c`).
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct KhugepagedConfig {
-    /// Run the promoter at all (only matters when THP is not `never`).
-    pub enabled: bool,
-    /// 4 KiB pages' worth of address space scanned per wake-up (Linux: 4096).
-    pub pages_to_scan: u64,
-    /// Simulated milliseconds between wake-ups (Linux: 10000).
-    pub sleep_ms: f64,
-    /// Collapse a 2 MiB region when at most this many of its 512 PTEs are empty (Linux: 511).
-    pub max_ptes_none: u32,
-}
-
-impl Default for KhugepagedConfig {
-    fn default() -> Self {
-        KhugepagedConfig { enabled: true, pages_to_scan: 4096, sleep_ms: 10_000.0, max_ptes_none: 511 }
-    }
-}
-
-/// How physical memory is fragmented before the run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FragMethod {
-    /// Fresh memory.
-    None,
-    /// Elastic Translations' method: target free-memory fragmentation index at order 9.
-    Fmfi,
-    /// Virtuoso's knob: fraction of free 2 MiB blocks made unusable.
-    Free2m,
-}
-
-/// Fragmentation knob, applied at boot with the run's seed.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct FragConfig {
-    /// Method.
-    pub method: FragMethod,
-    /// Target: FMFI (0..1) for `fmfi`, fraction of free 2 MiB blocks broken for `free2m`.
-    pub target: f64,
-    /// Free memory the fragmenter leaves for the run (`fmfi` only).
-    #[serde(with = "bytes_serde")]
-    pub keep_free: u64,
-}
-
-impl Default for FragConfig {
-    fn default() -> Self {
-        FragConfig { method: FragMethod::None, target: 0.5, keep_free: 12 << 30 }
-    }
-}
-
-/// OS configuration.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct OsConfig {
-    /// Physical memory (Utopia Table 1: 32 GB).
-    #[serde(with = "bytes_serde")]
-    pub memory: u64,
-    /// Largest buddy order (14: 32 MiB blocks exist, as on ET's kernel).
-    pub max_order: u32,
-    /// THP mode.
-    pub thp: ThpMode,
-    /// khugepaged.
-    pub khugepaged: KhugepagedConfig,
-    /// Bytes reserved at boot for the 1 GiB hugetlb pool (whole GiBs).
-    #[serde(with = "bytes_serde")]
-    pub hugetlb_1g: u64,
-    /// Fragmentation before the run.
-    pub fragmentation: FragConfig,
-    /// Cycles per counted OS event.
-    pub costs: OsCostModel,
-    /// Fixed cycles per page fault for the trap, entry and return (on top of counted work).
-    pub fault_trap_cycles: f64,
-    /// Eager paging (RMM, Karakostas et al. ISCA'15): `mmap` allocates an anonymous VMA at once as
-    /// few physically contiguous runs as free memory allows and maps it (see [`eager`]).
-    pub eager_paging: bool,
-    /// Bytes of 2 MiB pages set aside at boot and handed out first to THP faults and collapses
-    /// (Utopia §7 fairness: Radix, ECH and POM-TLB get 1 GiB more 2 MiB pages). 0 = none.
-    #[serde(with = "bytes_serde")]
-    pub thp_pool: u64,
-    /// Bytes of one contiguous block reserved at boot for eager paging, released to it at the
-    /// first eager mapping (Utopia §7 fairness: RMM gets a 1 GiB contiguous block). 0 = none.
-    #[serde(with = "bytes_serde")]
-    pub eager_pool: u64,
-    /// Page migration (driver-directed placement).
-    pub migration: MigrationConfig,
-    /// Swap device.
-    pub swap: SwapConfig,
-}
-
-impl Default for OsConfig {
-    fn default() -> Self {
-        OsConfig {
-            memory: 32 << 30,
-            max_order: 14,
-            thp: ThpMode::Never,
-            khugepaged: KhugepagedConfig::default(),
-            hugetlb_1g: 0,
-            fragmentation: FragConfig::default(),
-            costs: OsCostModel::default(),
-            fault_trap_cycles: 1000.0,
-            eager_paging: false,
-            thp_pool: 0,
-            eager_pool: 0,
-            migration: MigrationConfig::default(),
-            swap: SwapConfig::default(),
-        }
-    }
-}
-
-impl OsConfig {
-    /// Checks ranges; errors name the key.
-    pub fn validate(&self) -> Result<()> {
-        if self.memory < 64 << 20 || !self.memory.is_multiple_of(4096) {
-            return Err(Error::config("os.memory", "must be a multiple of 4K and at least 64M"));
-        }
-        if !(9..=18).contains(&self.max_order) {
-            return Err(Error::config("os.max_order", format!("must be between 9 and 18, found {}", self.max_order)));
-        }
-        if !self.hugetlb_1g.is_multiple_of(1 << 30) || self.hugetlb_1g > self.memory / 2 {
-            return Err(Error::config("os.hugetlb_1g", "must be whole GiBs and at most half of os.memory"));
-        }
-        let t = self.fragmentation.target;
-        if !(0.0..=1.0).contains(&t) {
-            return Err(Error::config("os.fragmentation.target", format!("must be between 0 and 1, found {t}")));
-        }
-        if self.khugepaged.sleep_ms <= 0.0 {
-            return Err(Error::config("os.khugepaged.sleep_ms", "must be positive"));
-        }
-        if self.khugepaged.max_ptes_none > 511 {
-            return Err(Error::config("os.khugepaged.max_ptes_none", "must be at most 511"));
-        }
-        if self.migration.copy_cycles.is_nan() || self.migration.copy_cycles < 0.0 {
-            return Err(Error::config("os.migration.copy_cycles", "must not be negative"));
-        }
-        if self.swap.page_cycles.is_nan() || self.swap.page_cycles < 0.0 {
-            return Err(Error::config("os.swap.page_cycles", "must not be negative"));
-        }
-        eager::validate(self)
-    }
-}
 
 /// A virtual memory area.
 #[derive(Clone, Copy, Debug)]
@@ -444,92 +297,6 @@ impl<D: Driver> Os<D> {
         self.driver.placement().is_some_and(|p| p.owns_frame(pa))
     }
 
-    /// Handles a page fault at `va`: maps the page (THP, 1 GiB pool or 4 KiB) through the
-    /// translation API. Returns the new translation.
-    pub fn fault(&mut self, asid: u16, va: u64) -> Result<Translation> {
-        self.cost.set_path(Path::Fault);
-        let vma =
-            self.vma(asid, va).ok_or_else(|| Error::Check(format!("segmentation fault: ASID {asid} touched unmapped address {va:#x}")))?;
-        // The handler first looks the address up (Linux walks to the PMD/PTE).
-        if let Some(o) = self.api(asid, Func::Lookup, |d, s, env| d.find(s, va, env)) {
-            return Ok(Translation { pbase: o.pa, size: o.size }); // spurious: raced with another thread's fault
-        }
-        let swapin = self.swap_in(asid, va);
-        if vma.flags.huge == HugeAdvice::Giga {
-            let base = PageSize::G1.align_down(va);
-            if base >= vma.start && base + PageSize::G1.bytes() <= vma.end && self.driver.can_map(base, PageSize::G1).is_ok() {
-                if let Some(pfn) = self.giga_pool.pop() {
-                    self.install(asid, base, pfn.addr(), PageSize::G1, vma.prot)?;
-                    self.stats.faults_1g += 1;
-                    return Ok(Translation { pbase: pfn.addr(), size: PageSize::G1 });
-                }
-            }
-            self.stats.hugetlb_fallback += 1;
-        }
-        if vma.thp_allowed(self.cfg.thp) {
-            let base = PageSize::M2.align_down(va);
-            if base >= vma.start && base + PageSize::M2.bytes() <= vma.end {
-                if self.driver.can_map(base, PageSize::M2).is_err() {
-                    self.stats.thp_fallback_driver += 1;
-                } else if !self.api(asid, Func::RangeCheck, |d, s, env| d.range_is_empty(s, base, base + PageSize::M2.bytes(), env)) {
-                    self.stats.thp_fallback_range += 1;
-                } else if let Some(pa) = self.frame_for(asid, base, PageSize::M2, vma.flags)? {
-                    self.install(asid, base, pa, PageSize::M2, vma.prot)?;
-                    if swapin {
-                        self.stats.faults_swapin += 1;
-                    } else {
-                        self.stats.faults_thp += 1;
-                    }
-                    return Ok(Translation { pbase: pa, size: PageSize::M2 });
-                } else {
-                    self.stats.thp_fallback_nomem += 1;
-                }
-            }
-        }
-        let base = PageSize::K4.align_down(va);
-        let pa =
-            self.frame_for(asid, base, PageSize::K4, vma.flags)?.ok_or_else(|| Error::OutOfMemory(format!("4 KiB page for {va:#x}")))?;
-        self.install(asid, base, pa, PageSize::K4, vma.prot)?;
-        if swapin {
-            self.stats.faults_swapin += 1;
-        } else if vma.flags.file_backed {
-            self.stats.faults_file += 1;
-        } else {
-            self.stats.faults_4k += 1;
-        }
-        Ok(Translation { pbase: pa, size: PageSize::K4 })
-    }
-
-    /// Allocates and zeroes a data block.
-    fn alloc_data(&mut self, order: u32) -> Option<Pfn> {
-        let pfn = self.phys.alloc(order)?;
-        self.cost.add_to(Func::Alloc, Event::Page, 1);
-        self.cost.add_to(Func::Zero, Event::Page, 1 << order);
-        Some(pfn)
-    }
-
-    /// Allocates and zeroes a 2 MiB data page, from the THP pool first (`os.thp_pool`).
-    pub(super) fn alloc_huge(&mut self) -> Option<Pfn> {
-        match self.pools.take_2m() {
-            Some(pfn) => {
-                self.cost.add_to(Func::Alloc, Event::Page, 1);
-                self.cost.add_to(Func::Zero, Event::Page, 512);
-                Some(pfn)
-            }
-            None => self.alloc_data(9),
-        }
-    }
-
-    fn install(&mut self, asid: u16, va: u64, pa: u64, size: PageSize, prot: u8) -> Result<()> {
-        let o = TObj::new(va, pa, size, prot);
-        self.api(asid, Func::Insert, |d, s, env| d.update(s, &o, env))?;
-        self.procs[asid as usize].truth.insert(va, pa, size);
-        if self.cfg.swap.enabled && !self.driver_owns(pa) {
-            self.resident.push_back((asid, va, size, pa));
-        }
-        Ok(())
-    }
-
     fn free_frame(&mut self, pa: u64, size: PageSize) -> Result<()> {
         if self.driver_owns(pa) {
             return Ok(()); // the driver freed its slot when the translation was removed
@@ -550,19 +317,6 @@ impl<D: Driver> Os<D> {
         });
         self.stats.shootdowns += 1;
         self.pending.push(Shootdown { asid, start, end, tlb: true });
-    }
-
-    /// Faults in every page of `[addr, addr+len)` in address order.
-    pub fn populate(&mut self, asid: u16, addr: u64, len: u64) -> Result<()> {
-        let mut va = PageSize::K4.align_down(addr);
-        while va < addr + len {
-            let t = match self.truth(asid, va) {
-                Some(t) => t,
-                None => self.fault(asid, va)?,
-            };
-            va = t.size.align_down(va) + t.size.bytes();
-        }
-        Ok(())
     }
 
     /// `madvise`: sets the huge-page advice of the VMAs inside `[addr, addr+len)`. Only whole VMAs
@@ -628,94 +382,6 @@ impl<D: Driver> Os<D> {
         Ok(())
     }
 
-    /// One khugepaged wake-up: scans `pages_to_scan` pages' worth of 2 MiB regions from the cursor,
-    /// collapsing regions whose 4 KiB pages qualify.
-    pub fn khugepaged_scan(&mut self) -> Result<()> {
-        self.stats.khugepaged_scans += 1;
-        self.cost.set_path(Path::Promote);
-        let mut budget = self.cfg.khugepaged.pages_to_scan.div_ceil(512);
-        let nprocs = self.procs.len();
-        let mut visited = 0;
-        while budget > 0 && visited <= nprocs {
-            let (pi, va) = self.khuge_cursor;
-            if pi >= nprocs {
-                self.khuge_cursor = (0, 0);
-                visited += 1;
-                continue;
-            }
-            // Next eligible 2 MiB region at or after va in this process.
-            let next = self.procs[pi]
-                .vmas
-                .values()
-                .filter(|v| v.thp_allowed(self.cfg.thp))
-                .filter_map(|v| {
-                    let s = (v.start.max(va)).div_ceil(2 << 20) * (2 << 20);
-                    (s + (2 << 20) <= v.end).then_some(s)
-                })
-                .min();
-            let Some(region) = next else {
-                self.khuge_cursor = (pi + 1, 0);
-                visited += 1;
-                continue;
-            };
-            self.khuge_cursor = (pi, region + (2 << 20));
-            budget -= 1;
-            self.collapse(pi as u16, region)?;
-        }
-        Ok(())
-    }
-
-    /// Tries to collapse the 2 MiB region at `base` into one THP.
-    fn collapse(&mut self, asid: u16, base: u64) -> Result<bool> {
-        if self.driver.can_map(base, PageSize::M2).is_err() {
-            return Ok(false);
-        }
-        let end = base + PageSize::M2.bytes();
-        let mut small = Vec::with_capacity(512);
-        let mut huge = false;
-        self.api(asid, Func::Iterate, |d, s, env| {
-            d.for_each(s, base, end, env, &mut |o| {
-                if o.size == PageSize::K4 {
-                    small.push(*o)
-                } else {
-                    huge = true
-                }
-            })
-        });
-        if huge || small.is_empty() || 512 - small.len() as u32 > self.cfg.khugepaged.max_ptes_none {
-            return Ok(false);
-        }
-        let flags = self.vma(asid, base).map(|v| v.flags).unwrap_or_default();
-        let pa = match self.placement(asid, base, PageSize::M2, flags) {
-            Placement::Buddy => match self.pools.take_2m().map(|p| p.addr()).or_else(|| self.phys.alloc(9).map(|p| p.addr())) {
-                Some(pa) => pa,
-                None => {
-                    self.stats.promotion_failures += 1;
-                    return Ok(false);
-                }
-            },
-            Placement::Frame { pa, evict } => {
-                if let Some(v) = evict {
-                    self.evict(v)?;
-                }
-                pa
-            }
-        };
-        self.cost.add_to(Func::Alloc, Event::Page, 1);
-        self.cost.add_to(Func::Copy, Event::Page, small.len() as u64);
-        self.cost.add_to(Func::Zero, Event::Page, 512 - small.len() as u64);
-        for o in &small {
-            self.api(asid, Func::Remove, |d, s, env| d.remove(s, o.va, o.size, env));
-            self.procs[asid as usize].truth.remove(o.va, o.size);
-            self.free_frame(o.pa, o.size)?;
-        }
-        let prot = small[0].prot;
-        self.install(asid, base, pa, PageSize::M2, prot)?;
-        self.stats.promotions += 1;
-        self.shootdown(asid, base, end);
-        Ok(true)
-    }
-
     /// Bytes of translation structures across processes.
     pub fn table_bytes(&self) -> u64 {
         self.procs.iter().map(|p| self.driver.table_bytes(&p.space)).sum()
@@ -735,58 +401,5 @@ impl<D: Driver> Os<D> {
     /// The OS cycles spent on `path`.
     pub fn cycles(&self, path: Path) -> f64 {
         self.cost.cycles(path, &self.cfg.costs)
-    }
-}
-
-/// The [`Vm`] view of one process, handed to workloads.
-pub struct ProcVm<'a, D: Driver> {
-    /// The OS.
-    pub os: &'a mut Os<D>,
-    /// The process.
-    pub asid: u16,
-}
-
-impl<D: Driver> Vm for ProcVm<'_, D> {
-    fn mmap(&mut self, len: u64, flags: MapFlags) -> Result<u64> {
-        self.os.mmap(self.asid, len, flags)
-    }
-    fn munmap(&mut self, addr: u64, len: u64) -> Result<()> {
-        self.os.munmap(self.asid, addr, len)
-    }
-    fn populate(&mut self, addr: u64, len: u64) -> Result<()> {
-        self.os.populate(self.asid, addr, len)
-    }
-    fn madvise(&mut self, addr: u64, len: u64, advice: HugeAdvice) -> Result<()> {
-        self.os.madvise(self.asid, addr, len, advice)
-    }
-}
-
-/// The OS as the MMU pipeline sees it: the running space's structures, page faults (their
-/// work charged to the faulting core, trap included), the ground truth, page-copy stalls.
-impl<D: Driver> TranslationHost<D> for Os<D> {
-    #[inline(always)]
-    fn tables(&mut self, asid: u16) -> (&mut D, &mut D::Space) {
-        (&mut self.driver, &mut self.procs[asid as usize].space)
-    }
-
-    fn fault(&mut self, asid: u16, va: u64, now: f64) -> Result<(Translation, f64)> {
-        let before = self.cycles(Path::Fault);
-        self.now = now;
-        let t = Os::fault(self, asid, va)?;
-        Ok((t, self.cycles(Path::Fault) - before + self.cfg.fault_trap_cycles))
-    }
-
-    fn pending(&self) -> (&D, &[Shootdown]) {
-        (&self.driver, &self.pending)
-    }
-
-    #[inline]
-    fn truth(&self, asid: u16, va: u64) -> Option<Translation> {
-        Os::truth(self, asid, va)
-    }
-
-    #[inline]
-    fn migration_stall(&mut self, asid: u16, va: u64, t: Translation, now: f64) -> u32 {
-        Os::migration_stall(self, asid, va, t, now)
     }
 }

@@ -1,0 +1,104 @@
+//! Page faults: demand paging with THP, 1 GiB pools and swap-in; populate.
+
+use super::*;
+
+impl<D: Driver> Os<D> {
+    /// Handles a page fault at `va`: maps the page (THP, 1 GiB pool or 4 KiB) through the
+    /// translation API. Returns the new translation.
+    pub fn fault(&mut self, asid: u16, va: u64) -> Result<Translation> {
+        self.cost.set_path(Path::Fault);
+        let vma =
+            self.vma(asid, va).ok_or_else(|| Error::Check(format!("segmentation fault: ASID {asid} touched unmapped address {va:#x}")))?;
+        // The handler first looks the address up (Linux walks to the PMD/PTE).
+        if let Some(o) = self.api(asid, Func::Lookup, |d, s, env| d.find(s, va, env)) {
+            return Ok(Translation { pbase: o.pa, size: o.size }); // spurious: raced with another thread's fault
+        }
+        let swapin = self.swap_in(asid, va);
+        if vma.flags.huge == HugeAdvice::Giga {
+            let base = PageSize::G1.align_down(va);
+            if base >= vma.start && base + PageSize::G1.bytes() <= vma.end && self.driver.can_map(base, PageSize::G1).is_ok() {
+                if let Some(pfn) = self.giga_pool.pop() {
+                    self.install(asid, base, pfn.addr(), PageSize::G1, vma.prot)?;
+                    self.stats.faults_1g += 1;
+                    return Ok(Translation { pbase: pfn.addr(), size: PageSize::G1 });
+                }
+            }
+            self.stats.hugetlb_fallback += 1;
+        }
+        if vma.thp_allowed(self.cfg.thp) {
+            let base = PageSize::M2.align_down(va);
+            if base >= vma.start && base + PageSize::M2.bytes() <= vma.end {
+                if self.driver.can_map(base, PageSize::M2).is_err() {
+                    self.stats.thp_fallback_driver += 1;
+                } else if !self.api(asid, Func::RangeCheck, |d, s, env| d.range_is_empty(s, base, base + PageSize::M2.bytes(), env)) {
+                    self.stats.thp_fallback_range += 1;
+                } else if let Some(pa) = self.frame_for(asid, base, PageSize::M2, vma.flags)? {
+                    self.install(asid, base, pa, PageSize::M2, vma.prot)?;
+                    if swapin {
+                        self.stats.faults_swapin += 1;
+                    } else {
+                        self.stats.faults_thp += 1;
+                    }
+                    return Ok(Translation { pbase: pa, size: PageSize::M2 });
+                } else {
+                    self.stats.thp_fallback_nomem += 1;
+                }
+            }
+        }
+        let base = PageSize::K4.align_down(va);
+        let pa =
+            self.frame_for(asid, base, PageSize::K4, vma.flags)?.ok_or_else(|| Error::OutOfMemory(format!("4 KiB page for {va:#x}")))?;
+        self.install(asid, base, pa, PageSize::K4, vma.prot)?;
+        if swapin {
+            self.stats.faults_swapin += 1;
+        } else if vma.flags.file_backed {
+            self.stats.faults_file += 1;
+        } else {
+            self.stats.faults_4k += 1;
+        }
+        Ok(Translation { pbase: pa, size: PageSize::K4 })
+    }
+
+    /// Allocates and zeroes a data block.
+    pub(super) fn alloc_data(&mut self, order: u32) -> Option<Pfn> {
+        let pfn = self.phys.alloc(order)?;
+        self.cost.add_to(Func::Alloc, Event::Page, 1);
+        self.cost.add_to(Func::Zero, Event::Page, 1 << order);
+        Some(pfn)
+    }
+
+    /// Allocates and zeroes a 2 MiB data page, from the THP pool first (`os.thp_pool`).
+    pub(super) fn alloc_huge(&mut self) -> Option<Pfn> {
+        match self.pools.take_2m() {
+            Some(pfn) => {
+                self.cost.add_to(Func::Alloc, Event::Page, 1);
+                self.cost.add_to(Func::Zero, Event::Page, 512);
+                Some(pfn)
+            }
+            None => self.alloc_data(9),
+        }
+    }
+
+    pub(super) fn install(&mut self, asid: u16, va: u64, pa: u64, size: PageSize, prot: u8) -> Result<()> {
+        let o = TObj::new(va, pa, size, prot);
+        self.api(asid, Func::Insert, |d, s, env| d.update(s, &o, env))?;
+        self.procs[asid as usize].truth.insert(va, pa, size);
+        if self.cfg.swap.enabled && !self.driver_owns(pa) {
+            self.resident.push_back((asid, va, size, pa));
+        }
+        Ok(())
+    }
+
+    /// Faults in every page of `[addr, addr+len)` in address order.
+    pub fn populate(&mut self, asid: u16, addr: u64, len: u64) -> Result<()> {
+        let mut va = PageSize::K4.align_down(addr);
+        while va < addr + len {
+            let t = match self.truth(asid, va) {
+                Some(t) => t,
+                None => self.fault(asid, va)?,
+            };
+            va = t.size.align_down(va) + t.size.bytes();
+        }
+        Ok(())
+    }
+}

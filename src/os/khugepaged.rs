@@ -1,0 +1,93 @@
+//! khugepaged: the background promoter that collapses 2 MiB regions of 4 KiB pages into THPs.
+
+use super::*;
+
+impl<D: Driver> Os<D> {
+    /// One khugepaged wake-up: scans `pages_to_scan` pages' worth of 2 MiB regions from the cursor,
+    /// collapsing regions whose 4 KiB pages qualify.
+    pub fn khugepaged_scan(&mut self) -> Result<()> {
+        self.stats.khugepaged_scans += 1;
+        self.cost.set_path(Path::Promote);
+        let mut budget = self.cfg.khugepaged.pages_to_scan.div_ceil(512);
+        let nprocs = self.procs.len();
+        let mut visited = 0;
+        while budget > 0 && visited <= nprocs {
+            let (pi, va) = self.khuge_cursor;
+            if pi >= nprocs {
+                self.khuge_cursor = (0, 0);
+                visited += 1;
+                continue;
+            }
+            // Next eligible 2 MiB region at or after va in this process.
+            let next = self.procs[pi]
+                .vmas
+                .values()
+                .filter(|v| v.thp_allowed(self.cfg.thp))
+                .filter_map(|v| {
+                    let s = (v.start.max(va)).div_ceil(2 << 20) * (2 << 20);
+                    (s + (2 << 20) <= v.end).then_some(s)
+                })
+                .min();
+            let Some(region) = next else {
+                self.khuge_cursor = (pi + 1, 0);
+                visited += 1;
+                continue;
+            };
+            self.khuge_cursor = (pi, region + (2 << 20));
+            budget -= 1;
+            self.collapse(pi as u16, region)?;
+        }
+        Ok(())
+    }
+
+    /// Tries to collapse the 2 MiB region at `base` into one THP.
+    pub(super) fn collapse(&mut self, asid: u16, base: u64) -> Result<bool> {
+        if self.driver.can_map(base, PageSize::M2).is_err() {
+            return Ok(false);
+        }
+        let end = base + PageSize::M2.bytes();
+        let mut small = Vec::with_capacity(512);
+        let mut huge = false;
+        self.api(asid, Func::Iterate, |d, s, env| {
+            d.for_each(s, base, end, env, &mut |o| {
+                if o.size == PageSize::K4 {
+                    small.push(*o)
+                } else {
+                    huge = true
+                }
+            })
+        });
+        if huge || small.is_empty() || 512 - small.len() as u32 > self.cfg.khugepaged.max_ptes_none {
+            return Ok(false);
+        }
+        let flags = self.vma(asid, base).map(|v| v.flags).unwrap_or_default();
+        let pa = match self.placement(asid, base, PageSize::M2, flags) {
+            Placement::Buddy => match self.pools.take_2m().map(|p| p.addr()).or_else(|| self.phys.alloc(9).map(|p| p.addr())) {
+                Some(pa) => pa,
+                None => {
+                    self.stats.promotion_failures += 1;
+                    return Ok(false);
+                }
+            },
+            Placement::Frame { pa, evict } => {
+                if let Some(v) = evict {
+                    self.evict(v)?;
+                }
+                pa
+            }
+        };
+        self.cost.add_to(Func::Alloc, Event::Page, 1);
+        self.cost.add_to(Func::Copy, Event::Page, small.len() as u64);
+        self.cost.add_to(Func::Zero, Event::Page, 512 - small.len() as u64);
+        for o in &small {
+            self.api(asid, Func::Remove, |d, s, env| d.remove(s, o.va, o.size, env));
+            self.procs[asid as usize].truth.remove(o.va, o.size);
+            self.free_frame(o.pa, o.size)?;
+        }
+        let prot = small[0].prot;
+        self.install(asid, base, pa, PageSize::M2, prot)?;
+        self.stats.promotions += 1;
+        self.shootdown(asid, base, end);
+        Ok(true)
+    }
+}
