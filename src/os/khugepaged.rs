@@ -1,43 +1,90 @@
-//! khugepaged: the background promoter that collapses 2 MiB regions of 4 KiB pages into THPs.
+//! khugepaged: the background promoter that collapses 2 MiB regions of 4 KiB pages into THPs
+//! (a [`Promoter`]), and the OS's collapse mechanism it uses.
 
+use super::policy::Promoter;
 use super::*;
 
-impl<D: Driver> Os<D> {
-    /// One khugepaged wake-up: scans `pages_to_scan` pages' worth of 2 MiB regions from the cursor,
-    /// collapsing regions whose 4 KiB pages qualify.
-    pub fn khugepaged_scan(&mut self) -> Result<()> {
-        self.stats.khugepaged_scans += 1;
-        self.cost.set_path(Path::Promote);
-        let mut budget = self.cfg.khugepaged.pages_to_scan.div_ceil(512);
-        let nprocs = self.procs.len();
+/// Linux's khugepaged (`mm/khugepaged.c`): every `sleep_ms` of simulated time it scans
+/// `pages_to_scan` pages' worth of THP-eligible 2 MiB regions from where it stopped, collapsing
+/// regions whose 4 KiB pages qualify.
+pub struct Khugepaged {
+    cfg: KhugepagedConfig,
+    thp: ThpMode,
+    next_wake_ms: f64,
+    /// Where the next scan starts: process index and virtual address.
+    cursor: (usize, u64),
+}
+
+impl Khugepaged {
+    /// khugepaged as `cfg` configures it, if it runs at all (THP on and `os.khugepaged.enabled`).
+    pub fn configured(cfg: &OsConfig) -> Option<Khugepaged> {
+        (cfg.thp != ThpMode::Never && cfg.khugepaged.enabled).then(|| Khugepaged {
+            cfg: cfg.khugepaged.clone(),
+            thp: cfg.thp,
+            next_wake_ms: cfg.khugepaged.sleep_ms,
+            cursor: (0, 0),
+        })
+    }
+
+    /// One wake-up.
+    pub fn scan<D: Driver>(&mut self, os: &mut Os<D>) -> Result<()> {
+        os.stats.khugepaged_scans += 1;
+        os.cost.set_path(Path::Promote);
+        let mut budget = self.cfg.pages_to_scan.div_ceil(512);
+        let nprocs = os.procs.len();
         let mut visited = 0;
         while budget > 0 && visited <= nprocs {
-            let (pi, va) = self.khuge_cursor;
+            let (pi, va) = self.cursor;
             if pi >= nprocs {
-                self.khuge_cursor = (0, 0);
+                self.cursor = (0, 0);
                 visited += 1;
                 continue;
             }
             // Next eligible 2 MiB region at or after va in this process.
-            let next = self.procs[pi]
+            let next = os.procs[pi]
                 .vmas
                 .values()
-                .filter(|v| v.thp_allowed(self.cfg.thp))
+                .filter(|v| v.thp_allowed(self.thp))
                 .filter_map(|v| {
                     let s = (v.start.max(va)).div_ceil(2 << 20) * (2 << 20);
                     (s + (2 << 20) <= v.end).then_some(s)
                 })
                 .min();
             let Some(region) = next else {
-                self.khuge_cursor = (pi + 1, 0);
+                self.cursor = (pi + 1, 0);
                 visited += 1;
                 continue;
             };
-            self.khuge_cursor = (pi, region + (2 << 20));
+            self.cursor = (pi, region + (2 << 20));
             budget -= 1;
-            self.collapse(pi as u16, region)?;
+            os.collapse(pi as u16, region)?;
         }
         Ok(())
+    }
+}
+
+impl<D: Driver> Promoter<D> for Khugepaged {
+    fn name(&self) -> &'static str {
+        "khugepaged"
+    }
+
+    fn tick(&mut self, os: &mut Os<D>, now_ms: f64) -> Result<()> {
+        while now_ms >= self.next_wake_ms {
+            self.next_wake_ms += self.cfg.sleep_ms;
+            self.scan(os)?;
+        }
+        Ok(())
+    }
+}
+
+impl<D: Driver> Os<D> {
+    /// One khugepaged wake-up now, outside the configured promoters (tests and tools); its
+    /// cursor persists across calls.
+    pub fn khugepaged_scan(&mut self) -> Result<()> {
+        let mut k = Khugepaged { cfg: self.cfg.khugepaged.clone(), thp: self.cfg.thp, next_wake_ms: 0.0, cursor: self.khuge_cursor };
+        let r = k.scan(self);
+        self.khuge_cursor = k.cursor;
+        r
     }
 
     /// Tries to collapse the 2 MiB region at `base` into one THP.

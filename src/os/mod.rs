@@ -12,6 +12,7 @@ mod host;
 mod khugepaged;
 pub mod phys;
 mod placement;
+pub mod policy;
 pub mod truth;
 
 pub use config::*;
@@ -27,6 +28,7 @@ use crate::tapi::Translation;
 use crate::tapi::{prot, Event, Func, OsCost, Path, Placement, Shootdown, TObj, TdbEnv};
 use crate::workload::{HugeAdvice, MapFlags, Vm};
 use phys::PhysMem;
+use policy::{MapPolicy, Promoter};
 use std::collections::{BTreeMap, VecDeque};
 use truth::{IntMap, Truth};
 
@@ -151,7 +153,11 @@ pub struct Os<D: Driver> {
     cfg: OsConfig,
     giga_pool: Vec<Pfn>,
     pools: eager::Pools,
-    next_khugepaged: f64,
+    /// Background promotion policies, run at every epoch ([`policy::promoters`]).
+    promoters: Vec<Box<dyn Promoter<D>>>,
+    /// Policies run at every `mmap` ([`policy::map_policies`]).
+    map_policies: Vec<Box<dyn MapPolicy<D>>>,
+    /// Cursor of [`Os::khugepaged_scan`].
     khuge_cursor: (usize, u64),
     stale_wc: Vec<(u64, u64)>,
     /// Pages being copied: (VPN << 16 | ASID) → cycle the copy ends.
@@ -199,7 +205,8 @@ impl<D: Driver> Os<D> {
             cfg: cfg.clone(),
             giga_pool,
             pools,
-            next_khugepaged: cfg.khugepaged.sleep_ms,
+            promoters: policy::promoters(cfg),
+            map_policies: policy::map_policies(cfg),
             khuge_cursor: (0, 0),
             stale_wc: Vec::new(),
             busy: IntMap::default(),
@@ -270,8 +277,11 @@ impl<D: Driver> Os<D> {
         p.next_mmap = (end + (4 << 20)) & !((2 << 20) - 1);
         let vma = Vma { start, end, flags, prot: prot::RW };
         p.vmas.insert(start, vma);
-        if self.cfg.eager_paging && !p.implicit {
-            self.eager_map(asid, vma)?;
+        if !p.implicit && !self.map_policies.is_empty() {
+            let mut ps = std::mem::take(&mut self.map_policies);
+            let r = ps.iter_mut().try_for_each(|m| m.on_mmap(self, asid, vma));
+            self.map_policies = ps;
+            r?;
         }
         Ok(start)
     }
@@ -367,19 +377,16 @@ impl<D: Driver> Os<D> {
     }
 
     /// Background work due at simulated time `now_ms`: migrations the driver asked for, then
-    /// khugepaged.
+    /// the configured promoters ([`policy::promoters`]).
     pub fn tick(&mut self, now_ms: f64) -> Result<()> {
         let now = self.now;
         self.busy.retain(|_, until| *until > now);
         self.migrate_requested()?;
-        if self.cfg.thp == ThpMode::Never || !self.cfg.khugepaged.enabled {
-            return Ok(());
-        }
-        while now_ms >= self.next_khugepaged {
-            self.next_khugepaged += self.cfg.khugepaged.sleep_ms;
-            self.khugepaged_scan()?;
-        }
-        Ok(())
+        // A policy works through the OS, so it is taken out while it runs.
+        let mut ps = std::mem::take(&mut self.promoters);
+        let r = ps.iter_mut().try_for_each(|p| p.tick(self, now_ms));
+        self.promoters = ps;
+        r
     }
 
     /// Bytes of translation structures across processes.
