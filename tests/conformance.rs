@@ -853,21 +853,12 @@ fn check_against_truth<D: Registered>(os: &mut Os<D>, wc: &mut D::WalkCache, lay
 // ---------------------------------------------------------------------------------------------
 // 4. Every design on the small machine
 
-/// Settings that fit a design built for a larger machine into the 2 GiB test machine.
-fn scaled(design: &str) -> &'static [&'static str] {
-    match design {
-        // Virtuoso's 2 × 8 GiB RestSegs, scaled to 256 MiB each (as tests/differential.rs).
-        "utopia-virtuoso" => &["arch.utopia.restsegs=[{size=\"256M\",page=\"4K\",ways=16},{size=\"256M\",page=\"2M\",ways=8}]"],
-        _ => &[],
-    }
-}
-
 #[test]
 fn every_design_maps_and_walks_8_mib() {
     let mut drivers = BTreeSet::new();
     let mut n = 0;
     for d in arch::designs() {
-        let cfg = common::config(d.name, scaled(d.name));
+        let cfg = common::config(d.name, common::scaled(d.name));
         for_driver!(d.driver, design_smoke(d.name, &cfg));
         drivers.insert(d.driver);
         n += 1;

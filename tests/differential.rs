@@ -14,15 +14,6 @@ const WORKLOADS: &[(&str, &[&str])] = &[
     ("stream", &["workload.name=\"stream\"", "workload.params.footprint=48M", "workload.params.stride=64"]),
 ];
 
-/// Settings that fit a design built for a larger machine into the 2 GiB test machine.
-fn scaled(design: &str) -> &'static [&'static str] {
-    match design {
-        // Virtuoso's 2 × 8 GiB RestSegs, scaled to 256 MiB each.
-        "utopia-virtuoso" => &["arch.utopia.restsegs=[{size=\"256M\",page=\"4K\",ways=16},{size=\"256M\",page=\"2M\",ways=8}]"],
-        _ => &[],
-    }
-}
-
 #[test]
 fn every_design_agrees_with_the_os_on_every_access() {
     for d in xlate::arch::designs() {

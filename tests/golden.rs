@@ -40,14 +40,6 @@ const WORKLOADS: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// Settings that fit a design built for a larger machine into the 2 GiB test machine.
-fn scaled(design: &str) -> &'static [&'static str] {
-    match design {
-        "utopia-virtuoso" => &["arch.utopia.restsegs=[{size=\"256M\",page=\"4K\",ways=16},{size=\"256M\",page=\"2M\",ways=8}]"],
-        _ => &[],
-    }
-}
-
 fn golden_path(design: &str, workload: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{design}.{workload}.json"))
 }

@@ -25,3 +25,12 @@ pub fn run(design: &str, sets: &[&str]) -> RunOutput {
 pub fn metric(r: &RunOutput, key: &str) -> f64 {
     xlate::report::metrics(r).into_iter().find(|m| m.key == key).unwrap_or_else(|| panic!("no metric {key}")).value
 }
+
+/// Settings that fit a design built for a larger machine into the 2 GiB test machine.
+pub fn scaled(design: &str) -> &'static [&'static str] {
+    match design {
+        // Virtuoso's 2 × 8 GiB RestSegs, scaled to 256 MiB each.
+        "utopia-virtuoso" => &["arch.utopia.restsegs=[{size=\"256M\",page=\"4K\",ways=16},{size=\"256M\",page=\"2M\",ways=8}]"],
+        _ => &[],
+    }
+}
