@@ -551,6 +551,7 @@ impl Registered for Fpt {
             driver: "fpt",
             arch: |a| a.fpt.flatten = Flatten::L4L3L2L1,
             settings: &["os.thp=never"],
+            nested: None,
         },
         Design {
             name: "fpt-l3l2",
@@ -558,6 +559,7 @@ impl Registered for Fpt {
             driver: "fpt",
             arch: |a| a.fpt.flatten = Flatten::L3L2,
             settings: &["os.thp=never"],
+            nested: None,
         },
         Design {
             name: "fpt-l4l3",
@@ -565,6 +567,7 @@ impl Registered for Fpt {
             driver: "fpt",
             arch: |a| a.fpt.flatten = Flatten::L4L3,
             settings: &["os.thp=never"],
+            nested: None,
         },
         Design {
             name: "fpt-l2l1",
@@ -572,6 +575,7 @@ impl Registered for Fpt {
             driver: "fpt",
             arch: |a| a.fpt.flatten = Flatten::L2L1,
             settings: &["os.thp=never"],
+            nested: None,
         },
         Design {
             name: "fpt-l3l2-thp",
@@ -579,6 +583,7 @@ impl Registered for Fpt {
             driver: "fpt",
             arch: |a| a.fpt.flatten = Flatten::L3L2,
             settings: &["os.thp=always"],
+            nested: None,
         },
     ];
 

@@ -14,6 +14,7 @@
 
 pub mod ecpt;
 pub mod fpt;
+pub mod nested;
 pub mod pomtlb;
 pub mod radix;
 pub mod rmm;
@@ -56,6 +57,8 @@ pub struct Design {
     /// (`os.thp=always`, `os.eager_paging=true`, `mmu.perfect_tlb=true`). A config file or
     /// `--set` may override them.
     pub settings: &'static [&'static str],
+    /// For a nested design (`guest@host`, [`nested::nest`]): the two designs; `None` natively.
+    pub nested: Option<nested::Nesting>,
 }
 
 /// Leaves the `arch` sections as the machine configures them.
@@ -105,14 +108,30 @@ macro_rules! arch_config {
 }
 registry!(arch_config);
 
-/// Finds a design by name.
+/// Finds a design by name; `guest@host` names a nested design of two nestable ones.
 pub fn lookup(name: &str) -> Result<&'static Design> {
+    if let Some((g, h)) = name.split_once('@') {
+        return nested::nest(lookup(g)?, lookup(h)?);
+    }
     designs().find(|d| d.name == name).ok_or_else(|| Error::Unknown {
         what: "design",
         name: name.to_string(),
-        known: designs().map(|d| d.name.to_string()).collect(),
+        known: designs().map(|d| d.name.to_string()).chain(["GUEST@HOST".to_string()]).collect(),
     })
 }
+
+/// The nestable drivers, as `name => type`: the pairs the simulator monomorphises a nested run
+/// for (see [`nested::NESTABLE`]).
+macro_rules! nestable {
+    ($callback:ident) => {
+        $callback! {
+            radix => $crate::arch::radix::Radix,
+            fpt => $crate::arch::fpt::Fpt,
+            ecpt => $crate::arch::ecpt::Ecpt,
+        }
+    };
+}
+pub(crate) use nestable;
 
 #[cfg(test)]
 mod tests {

@@ -338,6 +338,7 @@ impl Registered for PomTlb {
         driver: "pomtlb",
         arch: |a| a.radix.levels = 4,
         settings: &["os.thp=never"],
+        nested: None,
     }];
 
     fn validate(s: &PomTlbConfig, key: &str) -> Result<()> {

@@ -124,6 +124,11 @@ pub struct Radix {
 const SIZES: [PageSize; 3] = [PageSize::K4, PageSize::M2, PageSize::G1];
 
 impl Radix {
+    /// Levels of the table (4 or 5).
+    pub fn levels(&self) -> u8 {
+        self.levels
+    }
+
     /// A driver with `levels` levels and the given PWCs.
     pub fn new(cfg: &RadixConfig) -> Radix {
         let mut pwc = cfg.pwc.clone();
@@ -362,6 +367,7 @@ impl Registered for Radix {
             driver: "radix",
             arch: |a| a.radix.levels = 4,
             settings: &["os.thp=never"],
+            nested: None,
         },
         Design {
             name: "radix5",
@@ -369,6 +375,7 @@ impl Registered for Radix {
             driver: "radix",
             arch: |a| a.radix.levels = 5,
             settings: &["os.thp=never"],
+            nested: None,
         },
         Design {
             name: "radix4-thp",
@@ -376,6 +383,7 @@ impl Registered for Radix {
             driver: "radix",
             arch: |a| a.radix.levels = 4,
             settings: &["os.thp=always"],
+            nested: None,
         },
         Design {
             name: "ideal",
@@ -383,6 +391,7 @@ impl Registered for Radix {
             driver: "radix",
             arch: |a| a.radix.levels = 4,
             settings: &["os.thp=never", "mmu.perfect_tlb=true"],
+            nested: None,
         },
         Design {
             name: "ptlb",
@@ -390,6 +399,7 @@ impl Registered for Radix {
             driver: "radix",
             arch: |a| a.radix.levels = 4,
             settings: &["os.thp=always", "mmu.perfect_tlb=true"],
+            nested: None,
         },
     ];
 

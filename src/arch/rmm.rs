@@ -480,6 +480,7 @@ impl Registered for Rmm {
         driver: "rmm",
         arch: |a| a.radix.levels = 4,
         settings: &["os.thp=never", "os.eager_paging=true"],
+        nested: None,
     }];
 
     fn validate(s: &RmmConfig, key: &str) -> Result<()> {

@@ -5,6 +5,7 @@
 //! against the keys that exist, so a misspelt key is an error naming it, never silently ignored.
 //! The resolved config is validated once here; the simulator never re-checks it.
 
+use crate::arch::nested::HostConfig;
 use crate::arch::{ArchConfig, Design};
 use crate::error::{Error, Result};
 use crate::mem::MemConfig;
@@ -127,6 +128,9 @@ pub struct Config {
     pub os: OsConfig,
     /// Driver sections.
     pub arch: ArchConfig,
+    /// The hypervisor of a nested design (`guest@host`): its OS, its drivers, the nested TLB.
+    /// Unused by native designs.
+    pub host: HostConfig,
     /// Workload.
     pub workload: WorkloadConfig,
     /// Simulation control.
@@ -143,6 +147,7 @@ impl Default for Config {
             mem: MemConfig::default(),
             os: OsConfig::default(),
             arch: ArchConfig::default(),
+            host: HostConfig::default(),
             workload: WorkloadConfig::default(),
             sim: SimConfig::default(),
         }
@@ -173,7 +178,8 @@ impl Config {
         self.mmu.validate()?;
         self.mem.validate("mem")?;
         self.os.validate()?;
-        self.arch.validate()
+        self.arch.validate()?;
+        self.host.validate()
     }
 }
 
@@ -417,11 +423,16 @@ impl Layers {
         let mut cfg = from_value(v, "preset")?;
         if let Some(d) = design {
             (d.arch)(&mut cfg.arch);
+            if let Some(n) = d.nested {
+                (n.host.arch)(&mut cfg.host.arch);
+            }
         }
         let mut v = to_value(&cfg);
         if let Some(d) = design {
-            for s in d.settings {
-                let over = set_to_value(s, &v)?;
+            // A nested design's host settings go to the host's sections (`os.thp` → `host.os.thp`).
+            let host = d.nested.map(|n| n.host.settings).unwrap_or(&[]).iter().map(|s| format!("host.{s}"));
+            for s in d.settings.iter().map(|s| s.to_string()).chain(host) {
+                let over = set_to_value(&s, &v)?;
                 merge(&mut v, &over, "", &format!("design {}", d.name))?;
             }
             from_value(v.clone(), &format!("design {}", d.name))?;

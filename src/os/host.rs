@@ -47,7 +47,7 @@ impl<D: Driver> TranslationHost<D> for Os<D> {
 
     #[inline]
     fn truth(&self, asid: u16, va: u64) -> Option<Translation> {
-        Os::truth(self, asid, va)
+        Os::truth(self, asid, va).and_then(|t| self.driver.machine_translation(va, t))
     }
 
     #[inline]

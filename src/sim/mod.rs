@@ -13,6 +13,7 @@
 
 pub mod progress;
 
+use crate::arch::nested::{Nested, NestedConfig, Nesting, NESTABLE};
 use crate::arch::{Design, Registered};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -157,16 +158,69 @@ pub fn run_inputs(design: &Design, cfg: &Config, inputs: &[TraceInput], progress
 /// Like [`run_inputs`], with access sources the caller opened, each named for the results.
 /// With no sources the configured workload runs.
 pub fn run_sources(design: &Design, cfg: &Config, sources: Vec<(String, Box<dyn AccessSource>)>, progress: bool) -> Result<RunOutput> {
-    // The one dispatch of a run: everything below is monomorphised for the driver.
+    // The one dispatch of a run: everything below is monomorphised for the driver (for a
+    // nested design, for the guest and host drivers).
+    if let Some(n) = design.nested {
+        macro_rules! guest {
+            ($($name:ident => $ty:ty,)*) => {
+                match n.guest.driver {
+                    $( stringify!($name) => run_on_host::<$ty>(design, n, cfg, sources, progress), )*
+                    other => Err(not_nestable(other)),
+                }
+            };
+        }
+        return crate::arch::nestable!(guest);
+    }
     macro_rules! dispatch {
         ($($name:ident => $ty:ty,)*) => {
             match design.driver {
-                $( stringify!($name) => run_with::<$ty>(design, cfg, sources, progress), )*
+                $( stringify!($name) => run_with(design, cfg, <$ty as Driver>::from_config(&<$ty as Registered>::config(&cfg.arch), cfg.seed)?, sources, progress), )*
                 other => Err(Error::Unknown { what: "driver", name: other.into(), known: crate::arch::DRIVERS.iter().map(|d| d.to_string()).collect() }),
             }
         };
     }
     crate::arch::registry!(dispatch)
+}
+
+fn not_nestable(driver: &str) -> Error {
+    Error::Unknown { what: "nestable driver", name: driver.into(), known: NESTABLE.iter().map(|d| d.to_string()).collect() }
+}
+
+/// Dispatches a nested design's host driver for guest driver `G`.
+fn run_on_host<G: Registered>(
+    design: &Design,
+    n: Nesting,
+    cfg: &Config,
+    sources: Vec<(String, Box<dyn AccessSource>)>,
+    progress: bool,
+) -> Result<RunOutput> {
+    macro_rules! host {
+        ($($name:ident => $ty:ty,)*) => {
+            match n.host.driver {
+                $( stringify!($name) => run_nested::<G, $ty>(design, cfg, sources, progress), )*
+                other => Err(not_nestable(other)),
+            }
+        };
+    }
+    crate::arch::nestable!(host)
+}
+
+/// Builds guest driver `G` on host driver `H` with the hypervisor's OS, and runs it.
+fn run_nested<G: Registered, H: Registered>(
+    design: &Design,
+    cfg: &Config,
+    sources: Vec<(String, Box<dyn AccessSource>)>,
+    progress: bool,
+) -> Result<RunOutput> {
+    let nc = NestedConfig::<G, H> {
+        guest: G::config(&cfg.arch),
+        host: H::config(&cfg.host.arch),
+        host_os: cfg.host.os.clone(),
+        ntlb: cfg.host.ntlb.clone(),
+        guest_memory: cfg.os.memory,
+        back_on_guest_map: cfg.host.back_on_guest_map,
+    };
+    run_with(design, cfg, Nested::<G, H>::from_config(&nc, cfg.seed)?, sources, progress)
 }
 
 /// Sends the OS's pending shootdowns to every core's translation service and drops the cached
@@ -182,14 +236,14 @@ fn apply_shootdowns<D: Driver>(os: &mut Os<D>, cores: &mut [Core<D>], mem: &mut 
     }
 }
 
-fn run_with<D: Registered>(
+fn run_with<D: Driver>(
     design: &Design,
     cfg: &Config,
+    driver: D,
     traces: Vec<(String, Box<dyn AccessSource>)>,
     show_progress: bool,
 ) -> Result<RunOutput> {
     let started = Instant::now();
-    let driver = D::from_config(&D::config(&cfg.arch), cfg.seed)?;
     let mut os = Os::boot(driver, &cfg.os, cfg.seed)?;
     let mut sources = Vec::new();
     let mut streams = Vec::new();

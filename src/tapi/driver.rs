@@ -52,6 +52,14 @@ pub trait Driver: Tdb + Sized + 'static {
         }
     }
 
+    /// The machine-physical translation behind translation `t` of `va` that the OS installed:
+    /// `t` itself natively; a nested driver composes it with the host's mapping of the
+    /// guest-physical page. Checked mode compares every walk and TLB hit with this. Default: `t`.
+    #[inline(always)]
+    fn machine_translation(&self, _va: u64, t: Translation) -> Option<Translation> {
+        Some(t)
+    }
+
     /// Driver-specific metrics for the report (JSON object; empty by default).
     fn metrics(&self) -> serde_json::Map<String, serde_json::Value> {
         serde_json::Map::new()

@@ -530,6 +530,7 @@ impl Registered for Ecpt {
             driver: "ecpt",
             arch: no_arch_change,
             settings: &["os.thp=never"],
+            nested: None,
         },
         Design {
             name: "ecpt-thp",
@@ -537,6 +538,7 @@ impl Registered for Ecpt {
             driver: "ecpt",
             arch: no_arch_change,
             settings: &["os.thp=always"],
+            nested: None,
         },
         Design {
             name: "ech",
@@ -545,6 +547,7 @@ impl Registered for Ecpt {
             driver: "ecpt",
             arch: |a| a.ecpt = EcptConfig::ech_utopia(),
             settings: &["os.thp=never"],
+            nested: None,
         },
         Design {
             name: "ecph-virtuoso",
@@ -552,6 +555,7 @@ impl Registered for Ecpt {
             driver: "ecpt",
             arch: |a| a.ecpt = EcptConfig::virtuoso(),
             settings: &["os.thp=never"],
+            nested: None,
         },
     ];
 

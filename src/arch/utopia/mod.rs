@@ -449,6 +449,7 @@ impl Registered for Utopia {
                 a.utopia = UtopiaConfig::default();
             },
             settings: &["os.thp=never"],
+            nested: None,
         },
         Design {
             name: "utopia-thp",
@@ -459,6 +460,7 @@ impl Registered for Utopia {
                 a.utopia = UtopiaConfig::default();
             },
             settings: &["os.thp=always"],
+            nested: None,
         },
         Design {
             name: "utopia-virtuoso",
@@ -478,6 +480,7 @@ impl Registered for Utopia {
                 };
             },
             settings: &["os.thp=never", "os.migration.copy_cycles=200"],
+            nested: None,
         },
         Design {
             name: "utopia-restrictive-only",
@@ -493,6 +496,7 @@ impl Registered for Utopia {
                 };
             },
             settings: &["os.thp=never", "os.swap.enabled=true"],
+            nested: None,
         },
     ];
 

@@ -1,0 +1,556 @@
+//! Nested (two-dimensional) translation: any guest driver on any host driver, each under its own
+//! OS, composed rather than copied (`--design radix4@radix4`, guest@host).
+//!
+//! The guest OS is the ordinary [`Os`] running this driver: its physical memory is guest-physical
+//! memory (gPA), its page tables live there, and every translation-database call goes to the
+//! guest driver unchanged. The hypervisor is a second [`Os`] (the *host*, `host.os.*`,
+//! `host.arch.*`) owned by this driver: one host process is the VM, and guest-physical memory is
+//! one host VMA starting at [`Nested::base`], backed on demand — the first hardware reference to
+//! a guest frame that the host has not backed is an EPT / stage-2 violation, a host page fault
+//! that maps 4 KiB or a host huge page under the host's THP policy.
+//!
+//! A 2-D walk runs the guest driver's walk, then translates every guest-physical reference of
+//! its plan — each table read, and finally the guest frame of the data — with the host driver's
+//! walk, emitting one flattened plan: the host references of a guest reference come in serial
+//! steps before it, host walks of references in the same guest step go out in parallel. A cold
+//! 4-level guest on a 4-level host makes 4 × (4 + 1) + 4 = 24 references (Bhargava et al.,
+//! ASPLOS'08), 5 on 5 makes 35. The walker and the rest of the pipeline do not change.
+//!
+//! Hardware of a nested MMU, each part configurable: the TLBs cache guest-virtual →
+//! host-physical translations of the smaller of the guest and host page sizes; the guest's walk
+//! caches (its own `WalkCache`, tagged by guest-physical table pointers) and the host's (the host
+//! driver's, for the VM's ASID) are separate per-core structures; a nested TLB (`host.ntlb`, AMD's
+//! NTLB) caches gPA → hPA for the references of guest walks and the final guest frame.
+//!
+//! When the guest OS maps a page it zeroes it, and it zeroes every page-table page it allocates:
+//! with `host.back_on_guest_map` (the default) those writes are what touches the frame first, so
+//! the host backs it then, and the EPT violation's host work and VM exit are charged to the
+//! guest's page fault. Otherwise the first hardware reference (a 2-D walk's) takes the violation
+//! and its cost is charged to that walk.
+//!
+//! Simplifications (docs/virtualization.md): the host OS runs no background work (no host
+//! khugepaged, no host migration), so a host mapping, once made, never changes and guest TLB
+//! entries never need a host shootdown.
+
+use super::{ArchConfig, Design};
+use crate::addr::{PageSize, Pfn};
+use crate::error::{Error, Result};
+use crate::mmu::tlb::{Tlb, TlbConfig};
+use crate::os::{Os, OsConfig};
+use crate::tapi::{Driver, Frames, MapFlags, Path, TObj, Tdb, TdbEnv, Translation, WalkPlan};
+use serde_json::{json, Map, Value};
+
+/// Host ASID of the VM in the host OS.
+const VM: u16 = 0;
+
+/// The nested TLB (`host.ntlb`): gPA → hPA for the references of 2-D walks.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NtlbConfig {
+    /// Model a nested TLB at all.
+    pub enabled: bool,
+    /// Entries (4 KiB, 2 MiB and 1 GiB host pages).
+    pub entries: u32,
+    /// Associativity.
+    pub ways: u32,
+    /// Lookup latency in cycles, paid on the walk's critical path for every guest-physical
+    /// reference it translates.
+    pub latency: u32,
+}
+
+impl Default for NtlbConfig {
+    /// 32 entries, 4-way, 2 cycles: an estimate (AMD documents an NTLB without sizes; ARM's
+    /// Neoverse N1 keeps stage-2 entries in its unified L2 TLB), see docs/virtualization.md.
+    fn default() -> Self {
+        NtlbConfig { enabled: true, entries: 32, ways: 4, latency: 2 }
+    }
+}
+
+impl NtlbConfig {
+    fn tlb(&self) -> TlbConfig {
+        TlbConfig::new(self.entries, self.ways, self.latency, &[PageSize::K4, PageSize::M2, PageSize::G1])
+    }
+}
+
+/// The hypervisor's configuration (`host.*`): its OS, its drivers' sections, the nested TLB.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HostConfig {
+    /// The host OS (`host.os.memory`, `host.os.thp`, `host.os.fragmentation.*`, ...).
+    pub os: OsConfig,
+    /// The host drivers' sections (`host.arch.radix.levels`, ...).
+    pub arch: ArchConfig,
+    /// The nested TLB.
+    pub ntlb: NtlbConfig,
+    /// The host backs a guest frame when the guest OS maps it or allocates it for a page table
+    /// (the guest zeroes it: the first touch); `false`: at the first hardware reference.
+    pub back_on_guest_map: bool,
+}
+
+impl Default for HostConfig {
+    /// A 64 GiB host, so the default 32 GiB guest fits with room for the host's tables.
+    fn default() -> Self {
+        HostConfig {
+            os: OsConfig { memory: 64 << 30, ..OsConfig::default() },
+            arch: ArchConfig::default(),
+            ntlb: NtlbConfig::default(),
+            back_on_guest_map: true,
+        }
+    }
+}
+
+impl HostConfig {
+    /// Checks every section; errors name `host.*` keys.
+    pub fn validate(&self) -> Result<()> {
+        let host = |e: Error| match e {
+            Error::Config { key, msg } => Error::Config { key: format!("host.{key}"), msg },
+            e => e,
+        };
+        self.os.validate().map_err(host)?;
+        self.arch.validate().map_err(host)?;
+        if self.ntlb.enabled {
+            self.ntlb.tlb().validate("host.ntlb")?;
+        }
+        Ok(())
+    }
+}
+
+/// A design run as a guest on a host design (see [`nest`]).
+#[derive(Clone, Copy)]
+pub struct Nesting {
+    /// The guest's design.
+    pub guest: &'static Design,
+    /// The host's design.
+    pub host: &'static Design,
+}
+
+/// Drivers that can be a guest or a host of a 2-D walk. Utopia's RestSegs, RMM's ranges and
+/// POM-TLB are not nestable: their papers describe no nested form.
+pub const NESTABLE: &[&str] = &["radix", "fpt", "ecpt"];
+
+/// The design `guest@host`: checks both are nestable and builds the pair's entry (kept for the
+/// life of the program, like the built-in designs).
+pub fn nest(guest: &'static Design, host: &'static Design) -> Result<&'static Design> {
+    for d in [guest, host] {
+        if !NESTABLE.contains(&d.driver) {
+            return Err(Error::config(
+                "design",
+                format!("`{}` ({} driver) cannot be nested: nestable drivers are {}", d.name, d.driver, NESTABLE.join(", ")),
+            ));
+        }
+        if d.settings.iter().any(|s| s.starts_with("mmu.perfect_tlb")) {
+            return Err(Error::config("design", format!("`{}` is a perfect-TLB baseline and cannot be nested", d.name)));
+        }
+    }
+    let name: &'static str = Box::leak(format!("{}@{}", guest.name, host.name).into_boxed_str());
+    let description: &'static str =
+        Box::leak(format!("{} as a guest on {} as the host (2-D walks)", guest.name, host.name).into_boxed_str());
+    Ok(Box::leak(Box::new(Design {
+        name,
+        description,
+        driver: "nested",
+        arch: guest.arch,
+        settings: guest.settings,
+        nested: Some(Nesting { guest, host }),
+    })))
+}
+
+/// What a nested driver is built from.
+pub struct NestedConfig<G: Driver, H: Driver> {
+    /// The guest driver's configuration.
+    pub guest: G::Config,
+    /// The host driver's configuration.
+    pub host: H::Config,
+    /// The host OS.
+    pub host_os: OsConfig,
+    /// The nested TLB.
+    pub ntlb: NtlbConfig,
+    /// Guest-physical memory (the guest's `os.memory`): the size of the VM's host VMA.
+    pub guest_memory: u64,
+    /// See [`HostConfig::back_on_guest_map`].
+    pub back_on_guest_map: bool,
+}
+
+/// One guest address space: the guest driver's structures.
+pub struct NestedSpace<G: Driver> {
+    guest: G::Space,
+}
+
+/// Per-core walk caches of a nested MMU.
+pub struct NestedWc<G: Driver, H: Driver> {
+    guest: G::WalkCache,
+    host: H::WalkCache,
+    ntlb: Option<Tlb>,
+    /// The host-flush epoch these caches have seen (see [`Nested::host_epoch`]).
+    epoch: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Stats {
+    walks: u64,
+    guest_refs: u64,
+    host_refs: u64,
+    guest_unfiltered: u64,
+    host_unfiltered: u64,
+    ept_violations: u64,
+    host_fault_cycles: f64,
+    ept_violations_at_guest_map: u64,
+    host_fault_cycles_at_guest_map: f64,
+    ntlb_lookups: u64,
+    ntlb_hits: u64,
+}
+
+/// A guest driver `G` on a host driver `H`, with the hypervisor's OS.
+pub struct Nested<G: Driver, H: Driver> {
+    guest: G,
+    /// The hypervisor.
+    pub host: Os<H>,
+    /// Host virtual address of guest-physical address 0.
+    pub base: u64,
+    ntlb: NtlbConfig,
+    /// Bumped whenever the host OS sends shootdowns: every core's host walk caches and nested
+    /// TLB are flushed before their next use (the host never remaps in this model, so this is
+    /// rare: ECPT host tables reporting stale walk caches).
+    host_epoch: u64,
+    trap_cycles: f64,
+    back_on_guest_map: bool,
+    /// Guest frames allocated during the current translation-database call.
+    allocated: Vec<(u64, u32)>,
+    gplan: WalkPlan,
+    hplan: WalkPlan,
+    hpa: Vec<u64>,
+    stats: Stats,
+}
+
+impl<G: Driver, H: Driver> Nested<G, H> {
+    /// The guest driver.
+    pub fn guest(&self) -> &G {
+        &self.guest
+    }
+
+    /// Translates guest-physical `gpa` through the nested TLB or the host's walk, appending the
+    /// host references to `plan` in serial steps from `step` (marked `needed` like the guest
+    /// reference they serve). Takes EPT violations (host faults) as they come. Returns the
+    /// host-physical address, the host page size, and the first step after the host references;
+    /// `None` only if the host cannot back the page (then `plan.violation` says so).
+    fn host_translate(
+        &mut self,
+        wc: &mut NestedWc<G, H>,
+        gpa: u64,
+        needed: bool,
+        mut step: u8,
+        plan: &mut WalkPlan,
+    ) -> Option<(u64, PageSize, u8)> {
+        if let Some(ntlb) = wc.ntlb.as_mut() {
+            self.stats.ntlb_lookups += 1;
+            plan.fixed_cycles += ntlb.latency;
+            if let Some(t) = ntlb.lookup(VM, gpa) {
+                self.stats.ntlb_hits += 1;
+                if plan.checked && self.host.truth(VM, self.base + gpa) != Some(t) {
+                    plan.violation = Some("stale nested-TLB entry");
+                }
+                return Some((t.paddr(gpa), t.size, step));
+            }
+        }
+        let hva = self.base + gpa;
+        loop {
+            let hplan = &mut self.hplan;
+            hplan.clear();
+            hplan.checked = plan.checked;
+            let space = &mut self.host.procs[VM as usize].space;
+            let r = self.host.driver.walk(space, &mut wc.host, VM, hva, hplan);
+            if hplan.violation.is_some() {
+                plan.violation = hplan.violation;
+            }
+            let mut last = None;
+            for h in &hplan.refs {
+                plan.push(h.paddr, step.saturating_add(h.step), needed && h.needed);
+                last = Some(last.map_or(h.step, |l: u8| l.max(h.step)));
+            }
+            plan.fixed_cycles += hplan.fixed_cycles;
+            plan.unfiltered += hplan.unfiltered;
+            plan.wc_hits += hplan.wc_hits;
+            plan.wc_misses += hplan.wc_misses;
+            self.stats.host_refs += hplan.refs.len() as u64;
+            self.stats.host_unfiltered += hplan.unfiltered as u64;
+            if let Some(l) = last {
+                step = step.saturating_add(l + 1);
+            }
+            match r {
+                Some(t) => {
+                    // Keyed by guest-physical address: the host page covers the same aligned range of
+                    // gPAs as of host VAs, since the VM's base is aligned to the host page.
+                    if let Some(ntlb) = wc.ntlb.as_mut() {
+                        if self.base.is_multiple_of(t.size.bytes()) {
+                            ntlb.insert(VM, gpa, t);
+                        }
+                    }
+                    return Some((t.paddr(hva), t.size, step));
+                }
+                None => {
+                    // EPT / stage-2 violation: the hypervisor backs the page, the walk resumes.
+                    self.stats.ept_violations += 1;
+                    let before = self.host.cycles(Path::Fault);
+                    if self.host.fault(VM, hva).is_err() {
+                        plan.violation = Some("the host cannot back guest memory (host out of memory)");
+                        return None;
+                    }
+                    let c = self.host.cycles(Path::Fault) - before + self.trap_cycles;
+                    self.stats.host_fault_cycles += c;
+                    plan.fixed_cycles += c as u32;
+                    self.drain_host_shootdowns();
+                }
+            }
+        }
+    }
+
+    /// Runs a guest translation-database call; with `back_on_guest_map`, the host then backs
+    /// every guest frame the call allocated for tables, and `[gpa, gpa + len)` (the page it
+    /// mapped), charging the host's work and VM exits to the guest's current OS path.
+    fn guest_call<R>(&mut self, env: &mut TdbEnv, data: Option<(u64, u64)>, f: impl FnOnce(&mut G, &mut TdbEnv) -> R) -> R {
+        if !self.back_on_guest_map {
+            return f(&mut self.guest, env);
+        }
+        let mut allocated = std::mem::take(&mut self.allocated);
+        allocated.clear();
+        let r = {
+            let mut rec = Recording { inner: &mut *env.phys, allocated: &mut allocated };
+            f(&mut self.guest, &mut TdbEnv { phys: &mut rec, cost: &mut *env.cost })
+        };
+        let ranges = allocated.iter().map(|&(pa, order)| (pa, 4096u64 << order)).chain(data);
+        let faults = self.host.stats.faults();
+        let before = self.host.cycles(Path::Fault);
+        for (pa, len) in ranges {
+            // A host out of memory leaves the frame unbacked; the first walk that references it
+            // takes the violation again and reports the failure.
+            let _ = self.host.populate(VM, self.base + pa, len);
+        }
+        let n = self.host.stats.faults() - faults;
+        if n > 0 {
+            let c = self.host.cycles(Path::Fault) - before + n as f64 * self.trap_cycles;
+            self.stats.ept_violations_at_guest_map += n;
+            self.stats.host_fault_cycles_at_guest_map += c;
+            env.cost.add_fixed_cycles(c as u64);
+            self.drain_host_shootdowns();
+        }
+        self.allocated = allocated;
+        r
+    }
+
+    /// Host shootdowns bump the host epoch; cores flush their host caches when they see it.
+    fn drain_host_shootdowns(&mut self) {
+        if !self.host.pending.is_empty() || !self.host.pending_flush.is_empty() {
+            self.host.pending.clear();
+            self.host.pending_flush.clear();
+            self.host_epoch += 1;
+        }
+    }
+}
+
+/// Guest physical memory that records the blocks the guest driver allocates (its table pages),
+/// so the host can back them.
+struct Recording<'a> {
+    inner: &'a mut dyn Frames,
+    allocated: &'a mut Vec<(u64, u32)>,
+}
+
+impl Frames for Recording<'_> {
+    fn alloc(&mut self, order: u32) -> Option<Pfn> {
+        let p = self.inner.alloc(order)?;
+        self.allocated.push((p.addr(), order));
+        Some(p)
+    }
+    fn free(&mut self, pfn: Pfn, order: u32) -> std::result::Result<(), String> {
+        self.inner.free(pfn, order)
+    }
+    fn free_pages(&self) -> u64 {
+        self.inner.free_pages()
+    }
+    fn reserve_contiguous(&mut self, pages: u64, align_order: u32) -> Option<Pfn> {
+        self.inner.reserve_contiguous(pages, align_order)
+    }
+}
+
+impl<G: Driver, H: Driver> Tdb for Nested<G, H> {
+    type Space = NestedSpace<G>;
+
+    fn create_space(&mut self, asid: u16, env: &mut TdbEnv) -> Result<NestedSpace<G>> {
+        Ok(NestedSpace { guest: self.guest_call(env, None, |g, env| g.create_space(asid, env))? })
+    }
+    fn destroy_space(&mut self, s: NestedSpace<G>, env: &mut TdbEnv) -> Result<()> {
+        self.guest.destroy_space(s.guest, env)
+    }
+    fn find(&mut self, s: &mut NestedSpace<G>, va: u64, env: &mut TdbEnv) -> Option<TObj> {
+        self.guest.find(&mut s.guest, va, env)
+    }
+    fn update(&mut self, s: &mut NestedSpace<G>, obj: &TObj, env: &mut TdbEnv) -> Result<()> {
+        self.guest_call(env, Some((obj.pa, obj.size.bytes())), |g, env| g.update(&mut s.guest, obj, env))
+    }
+    fn remove(&mut self, s: &mut NestedSpace<G>, va: u64, size: PageSize, env: &mut TdbEnv) -> Option<TObj> {
+        self.guest.remove(&mut s.guest, va, size, env)
+    }
+    fn for_each(&mut self, s: &mut NestedSpace<G>, start: u64, end: u64, env: &mut TdbEnv, f: &mut dyn FnMut(&TObj)) {
+        self.guest.for_each(&mut s.guest, start, end, env, f)
+    }
+    fn range_is_empty(&mut self, s: &mut NestedSpace<G>, start: u64, end: u64, env: &mut TdbEnv) -> bool {
+        self.guest.range_is_empty(&mut s.guest, start, end, env)
+    }
+    fn map_range(&mut self, s: &mut NestedSpace<G>, first: &TObj, len: u64, env: &mut TdbEnv) -> Result<()> {
+        self.guest_call(env, Some((first.pa, len)), |g, env| g.map_range(&mut s.guest, first, len, env))
+    }
+    fn table_bytes(&self, s: &NestedSpace<G>) -> u64 {
+        self.guest.table_bytes(&s.guest)
+    }
+    fn take_stale_walk_caches(&mut self, out: &mut Vec<(u64, u64)>) {
+        self.guest.take_stale_walk_caches(out)
+    }
+}
+
+impl<G: Driver, H: Driver> Driver for Nested<G, H> {
+    type Config = NestedConfig<G, H>;
+    type WalkCache = NestedWc<G, H>;
+
+    fn from_config(cfg: &NestedConfig<G, H>, seed: u64) -> Result<Self> {
+        if cfg.host_os.memory < cfg.guest_memory + (64 << 20) {
+            return Err(Error::config(
+                "host.os.memory",
+                format!("must exceed the guest's os.memory ({} bytes) by at least 64M for the host's own tables", cfg.guest_memory),
+            ));
+        }
+        let mut host = Os::boot(H::from_config(&cfg.host, seed ^ 0x4057)?, &cfg.host_os, seed ^ 0x4057)?;
+        let vm = host.spawn(false)?;
+        debug_assert_eq!(vm, VM);
+        let base = host.mmap(vm, cfg.guest_memory, MapFlags::default())?;
+        host.settle();
+        Ok(Nested {
+            guest: G::from_config(&cfg.guest, seed)?,
+            trap_cycles: cfg.host_os.fault_trap_cycles,
+            back_on_guest_map: cfg.back_on_guest_map,
+            allocated: Vec::new(),
+            host,
+            base,
+            ntlb: cfg.ntlb.clone(),
+            host_epoch: 0,
+            gplan: WalkPlan::default(),
+            hplan: WalkPlan::default(),
+            hpa: Vec::new(),
+            stats: Stats::default(),
+        })
+    }
+
+    fn new_walk_cache(&self) -> NestedWc<G, H> {
+        NestedWc {
+            guest: self.guest.new_walk_cache(),
+            host: self.host.driver.new_walk_cache(),
+            ntlb: self.ntlb.enabled.then(|| Tlb::new(&self.ntlb.tlb())),
+            epoch: self.host_epoch,
+        }
+    }
+
+    fn walk(&mut self, s: &mut NestedSpace<G>, wc: &mut NestedWc<G, H>, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
+        if wc.epoch != self.host_epoch {
+            self.host.driver.invalidate_walk_cache(&mut wc.host, VM, 0, u64::MAX);
+            if let Some(n) = wc.ntlb.as_mut() {
+                n.flush();
+            }
+            wc.epoch = self.host_epoch;
+        }
+        self.stats.walks += 1;
+        // The guest dimension: the guest driver's own walk over guest-physical tables.
+        let mut gplan = std::mem::take(&mut self.gplan);
+        gplan.clear();
+        gplan.checked = plan.checked;
+        let gt = self.guest.walk(&mut s.guest, &mut wc.guest, asid, va, &mut gplan);
+        if gplan.violation.is_some() {
+            plan.violation = gplan.violation;
+        }
+        plan.fixed_cycles += gplan.fixed_cycles;
+        plan.unfiltered += gplan.unfiltered;
+        plan.wc_hits += gplan.wc_hits;
+        plan.wc_misses += gplan.wc_misses;
+        self.stats.guest_refs += gplan.refs.len() as u64;
+        self.stats.guest_unfiltered += gplan.unfiltered as u64;
+        // The host dimension: each guest step's references are translated (host walks in
+        // parallel), then read.
+        let mut hpa = std::mem::take(&mut self.hpa);
+        let mut step = 0u8;
+        let mut i = 0;
+        let mut ok = true;
+        while i < gplan.refs.len() && ok {
+            let gstep = gplan.refs[i].step;
+            let j = i + gplan.refs[i..].iter().take_while(|r| r.step == gstep).count();
+            hpa.clear();
+            let mut after = step;
+            for r in &gplan.refs[i..j] {
+                match self.host_translate(wc, r.paddr, r.needed, step, plan) {
+                    Some((a, _, next)) => {
+                        hpa.push(a);
+                        after = after.max(next);
+                    }
+                    None => ok = false,
+                }
+            }
+            if ok {
+                for (r, &a) in gplan.refs[i..j].iter().zip(&hpa) {
+                    plan.push(a, after, r.needed);
+                }
+                step = after.saturating_add(1);
+            }
+            i = j;
+        }
+        self.gplan = gplan;
+        self.hpa = hpa;
+        let gt = gt.filter(|_| ok)?;
+        // The guest frame of the data, translated by the host; the TLB entry is the smaller page.
+        let gpa = gt.paddr(va);
+        let (a, hsize, _) = self.host_translate(wc, gpa, true, step, plan)?;
+        let size = gt.size.min(hsize);
+        Some(Translation { pbase: a & !size.offset_mask(), size })
+    }
+
+    fn invalidate_walk_cache(&self, wc: &mut NestedWc<G, H>, asid: u16, start: u64, end: u64) {
+        self.guest.invalidate_walk_cache(&mut wc.guest, asid, start, end);
+    }
+
+    fn leaf_sizes(&self) -> &[PageSize] {
+        self.guest.leaf_sizes()
+    }
+
+    fn can_map(&self, va: u64, size: PageSize) -> Result<(), &'static str> {
+        self.guest.can_map(va, size)
+    }
+
+    fn machine_translation(&self, va: u64, t: Translation) -> Option<Translation> {
+        let gpa = t.paddr(va);
+        let ht = self.host.truth(VM, self.base + gpa)?;
+        let size = t.size.min(ht.size);
+        Some(Translation { pbase: ht.paddr(self.base + gpa) & !size.offset_mask(), size })
+    }
+
+    fn metrics(&self) -> Map<String, Value> {
+        let st = &self.stats;
+        let per = |a: f64, b: u64| if b == 0 { 0.0 } else { a / b as f64 };
+        let cov = self.host.coverage();
+        let mut m = Map::new();
+        m.insert("nested_walks".into(), json!(st.walks));
+        m.insert("guest_refs".into(), json!(st.guest_refs));
+        m.insert("host_refs".into(), json!(st.host_refs));
+        m.insert("guest_refs_per_walk".into(), json!(per(st.guest_refs as f64, st.walks)));
+        m.insert("host_refs_per_walk".into(), json!(per(st.host_refs as f64, st.walks)));
+        m.insert("guest_refs_unfiltered".into(), json!(st.guest_unfiltered));
+        m.insert("host_refs_unfiltered".into(), json!(st.host_unfiltered));
+        m.insert("ept_violations".into(), json!(st.ept_violations + st.ept_violations_at_guest_map));
+        m.insert("ept_violations_in_walks".into(), json!(st.ept_violations));
+        m.insert("host_fault_cycles_in_walks".into(), json!(st.host_fault_cycles));
+        m.insert("host_fault_cycles_at_guest_map".into(), json!(st.host_fault_cycles_at_guest_map));
+        m.insert("ntlb_lookups".into(), json!(st.ntlb_lookups));
+        m.insert("ntlb_hit_rate".into(), json!(per(st.ntlb_hits as f64, st.ntlb_lookups)));
+        m.insert("host_coverage_4k".into(), json!(cov[PageSize::K4.index()]));
+        m.insert("host_coverage_2m".into(), json!(cov[PageSize::M2.index()]));
+        m.insert("host_coverage_1g".into(), json!(cov[PageSize::G1.index()]));
+        m.insert("host_table_bytes".into(), json!(self.host.table_bytes()));
+        m.insert("host_os".into(), json!(self.host.stats));
+        m.insert("guest".into(), Value::Object(self.guest.metrics()));
+        m
+    }
+}

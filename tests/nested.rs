@@ -1,0 +1,164 @@
+//! Nested (2-D) translation: hand-computed reference counts of cold 2-D walks, the nested TLB,
+//! page-size splintering, and every nestable design as a guest and as a host in checked mode
+//! (each walk and TLB hit compared with the composition of the guest's and the host's ground
+//! truth, gVA → gPA → hPA).
+
+mod common;
+use common::*;
+use xlate::addr::PageSize;
+use xlate::arch::nested::{Nested, NestedConfig, NESTABLE};
+use xlate::arch::radix::Radix;
+use xlate::arch::{self, Registered};
+use xlate::config::Config;
+use xlate::os::Os;
+use xlate::tapi::{Driver, MapFlags, WalkPlan};
+
+/// A guest of 512 MiB on a 2 GiB host: small enough to boot in milliseconds.
+const VM: &[&str] = &["os.memory=512M", "host.os.memory=2G"];
+/// No page-walk cache in either dimension and no nested TLB: every reference is made.
+const NO_CACHES: &[&str] = &["arch.radix.pwc=[]", "host.arch.radix.pwc=[]", "host.ntlb.enabled=false"];
+
+fn nested_cfg<G: Registered, H: Registered>(cfg: &Config) -> NestedConfig<G, H> {
+    NestedConfig {
+        guest: G::config(&cfg.arch),
+        host: H::config(&cfg.host.arch),
+        host_os: cfg.host.os.clone(),
+        ntlb: cfg.host.ntlb.clone(),
+        guest_memory: cfg.os.memory,
+        back_on_guest_map: cfg.host.back_on_guest_map,
+    }
+}
+
+/// A guest OS on `design` (radix guest, radix host) with 4 MiB mapped and populated at `base`.
+fn radix_vm(design: &str, sets: &[&str]) -> (Os<Nested<Radix, Radix>>, u16, u64) {
+    let mut s = VM.to_vec();
+    s.extend_from_slice(sets);
+    let cfg = config(design, &s);
+    let d = Nested::<Radix, Radix>::from_config(&nested_cfg(&cfg), cfg.seed).unwrap();
+    let mut os = Os::boot(d, &cfg.os, cfg.seed).unwrap();
+    let a = os.spawn(false).unwrap();
+    let base = os.mmap(a, 4 << 20, MapFlags::default()).unwrap();
+    os.populate(a, base, 4 << 20).unwrap();
+    (os, a, base)
+}
+
+fn walk(os: &mut Os<Nested<Radix, Radix>>, wc: &mut <Nested<Radix, Radix> as Driver>::WalkCache, a: u16, va: u64) -> WalkPlan {
+    let mut plan = WalkPlan { checked: true, ..WalkPlan::default() };
+    let t = os.driver.walk(&mut os.procs[a as usize].space, wc, a, va, &mut plan).expect("mapped");
+    assert_eq!(plan.violation, None);
+    let truth = os.truth(a, va).and_then(|g| os.driver.machine_translation(va, g)).unwrap();
+    assert_eq!(t, truth, "the 2-D walk of {va:#x} gives the composed truth");
+    plan
+}
+
+#[test]
+fn cold_2d_walks_make_the_published_reference_counts() {
+    // Bhargava et al. (ASPLOS'08): n guest levels on m host levels take n × (m + 1) + m.
+    for (design, levels, want) in [("radix4@radix4", (4, 4), 24), ("radix5@radix5", (5, 5), 35), ("radix4@radix5", (4, 5), 29)] {
+        let (mut os, a, base) = radix_vm(design, NO_CACHES);
+        assert_eq!((os.driver.guest().levels(), os.driver.host.driver.levels()), levels, "{design}");
+        let mut wc = os.driver.new_walk_cache();
+        let plan = walk(&mut os, &mut wc, a, base + 0x1234);
+        assert_eq!(plan.refs.len(), want, "{design}: references of a cold 2-D walk");
+        assert_eq!(plan.serial_steps(), want as u32, "{design}: every reference waits for the one before");
+        assert_eq!(plan.unfiltered, want as u32, "{design}: unfiltered references");
+    }
+}
+
+#[test]
+fn a_warm_nested_tlb_removes_the_host_dimension() {
+    let big_ntlb = ["arch.radix.pwc=[]", "host.arch.radix.pwc=[]", "host.ntlb.entries=4096", "host.ntlb.ways=8"];
+    let (mut os, a, base) = radix_vm("radix4@radix4", &big_ntlb);
+    let mut wc = os.driver.new_walk_cache();
+    assert_eq!(walk(&mut os, &mut wc, a, base).refs.len(), 24, "cold");
+    // Every guest table page and the data page are now in the nested TLB.
+    assert_eq!(walk(&mut os, &mut wc, a, base + 0x10).refs.len(), 4, "only the guest's 4 references remain");
+    // A guest shootdown leaves the nested TLB (gPA → hPA did not change).
+    os.driver.invalidate_walk_cache(&mut wc, a, base, base + 4096);
+    assert_eq!(walk(&mut os, &mut wc, a, base + 0x20).refs.len(), 4);
+}
+
+#[test]
+fn the_tlb_entry_is_the_smaller_of_guest_and_host_pages() {
+    for (design, want) in
+        [("radix4-thp@radix4", PageSize::K4), ("radix4@radix4-thp", PageSize::K4), ("radix4-thp@radix4-thp", PageSize::M2)]
+    {
+        let (mut os, a, base) = radix_vm(design, &[]);
+        let mut wc = os.driver.new_walk_cache();
+        let guest = os.truth(a, base).unwrap().size;
+        let t = os.driver.walk(&mut os.procs[a as usize].space, &mut wc, a, base + 0x5000, &mut WalkPlan::default()).unwrap();
+        assert_eq!(t.size, want, "{design} (guest page {guest})");
+    }
+}
+
+#[test]
+fn host_backs_guest_memory_on_demand_or_at_the_first_walk() {
+    // Backed when the guest maps (and zeroes) a page: the walk takes no EPT violation.
+    let (os, _, _) = radix_vm("radix4@radix4", &[]);
+    let m = os.driver.metrics();
+    assert!(m["ept_violations"].as_u64().unwrap() >= 1024, "4 MiB of 4 KiB host pages plus tables: {m:?}");
+    assert_eq!(m["ept_violations_in_walks"], 0);
+    // Lazily: the first 2-D walk over each page takes the violation, and is charged for it.
+    let (mut os, a, base) = radix_vm("radix4@radix4", &["host.back_on_guest_map=false"]);
+    assert_eq!(os.driver.metrics()["ept_violations"], 0, "nothing touched yet");
+    let mut wc = os.driver.new_walk_cache();
+    let cold = walk(&mut os, &mut wc, a, base);
+    assert!(os.driver.metrics()["ept_violations_in_walks"].as_u64().unwrap() >= 5, "4 guest tables and the data page");
+    assert!(cold.fixed_cycles >= 5000, "the host's work is on the walk's critical path: {}", cold.fixed_cycles);
+}
+
+#[test]
+fn designs_that_cannot_nest_say_so() {
+    for name in ["utopia@radix4", "radix4@rmm", "pomtlb@radix4", "ideal@radix4", "radix4@ptlb"] {
+        let e = arch::lookup(name).err().unwrap_or_else(|| panic!("{name} resolved")).to_string();
+        assert!(e.contains("cannot be nested") || e.contains("perfect-TLB"), "{name}: {e}");
+    }
+    assert!(arch::lookup("radix4@nosuch").is_err());
+}
+
+/// Every nestable design as a guest on radix4 (host THP off and on) and radix4 as a guest on
+/// every nestable design, on GUPS and BFS, in checked mode.
+#[test]
+fn every_nestable_design_agrees_with_the_composed_truth() {
+    let nestable: Vec<&str> = arch::designs()
+        .filter(|d| NESTABLE.contains(&d.driver) && !d.settings.iter().any(|s| s.starts_with("mmu.perfect_tlb")))
+        .map(|d| d.name)
+        .collect();
+    assert!(nestable.len() >= 10, "{nestable:?}");
+    let mut pairs: Vec<String> = Vec::new();
+    for d in &nestable {
+        pairs.push(format!("{d}@radix4"));
+        pairs.push(format!("{d}@radix4-thp"));
+        pairs.push(format!("radix4@{d}"));
+    }
+    const WORKLOADS: &[&[&str]] = &[
+        &["workload.name=\"gups\"", "workload.params.table=64M", "workload.params.updates=20000"],
+        &["workload.name=\"bfs\"", "workload.params.footprint=16M", "workload.params.max_accesses=40000"],
+    ];
+    for p in &pairs {
+        for w in WORKLOADS {
+            let mut sets = VM.to_vec();
+            sets.extend_from_slice(w);
+            sets.push("sim.checked=true");
+            let r = run(p, &sets);
+            assert_eq!(r.core.checked, r.core.accesses, "{p}: every access checked");
+            assert!(r.driver["nested_walks"].as_u64().unwrap() > 0, "{p}: 2-D walks ran");
+        }
+    }
+}
+
+/// The comparison: nested walks cost several times a native walk, and THP in both
+/// dimensions removes most of it.
+#[test]
+fn nested_walks_cost_more_and_thp_in_both_dimensions_recovers() {
+    let sets =
+        ["workload.name=\"gups\"", "workload.params.table=512M", "workload.params.updates=100000", "os.memory=2G", "host.os.memory=4G"];
+    let native = run("radix4", &sets);
+    let nested = run("radix4@radix4", &sets);
+    let thp = run("radix4-thp@radix4-thp", &sets);
+    let lat = |r: &xlate::sim::RunOutput| metric(r, "walk_latency_avg");
+    assert!(lat(&nested) > 2.0 * lat(&native), "2-D walks: {} vs native {}", lat(&nested), lat(&native));
+    assert!(metric(&nested, "walk_refs_per_walk") > 2.0 * metric(&native, "walk_refs_per_walk"));
+    let tc = |r: &xlate::sim::RunOutput| metric(r, "translation_cycles");
+    assert!(tc(&thp) < 0.5 * tc(&nested), "THP in both dimensions: {} vs {}", tc(&thp), tc(&nested));
+}
