@@ -214,13 +214,14 @@ fn bench(accesses: u64) -> Result<()> {
     for (design, wl, params) in [
         ("radix4", "gups", vec!["workload.params.table=4G".to_string(), format!("workload.params.updates={}", accesses / 2)]),
         ("radix4", "stream", vec![format!("workload.params.footprint={}", accesses / 2 * 8)]),
+        ("radix4@radix4", "gups", vec!["workload.params.table=4G".to_string(), format!("workload.params.updates={}", accesses / 2)]),
     ] {
         let mut sets = vec![format!("workload.name=\"{wl}\"")];
         sets.extend(params);
         let cfg = Layers { sets, ..Layers::default() }.resolve(Some(arch::lookup(design)?))?;
         let r = sim::run(arch::lookup(design)?, &cfg, &[], false)?;
         println!(
-            "{design:>8} {wl:<7} {:>12} accesses in {:7.3} s (incl. setup {:.3} s): {:7.2} M accesses/s in the access loop",
+            "{design:>13} {wl:<7} {:>12} accesses in {:7.3} s (incl. setup {:.3} s): {:7.2} M accesses/s in the access loop",
             r.core.accesses,
             r.wall_s,
             r.setup_s,

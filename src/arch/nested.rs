@@ -67,9 +67,22 @@ impl Default for NtlbConfig {
 }
 
 impl NtlbConfig {
-    fn tlb(&self) -> TlbConfig {
-        TlbConfig::new(self.entries, self.ways, self.latency, &[PageSize::K4, PageSize::M2, PageSize::G1])
+    /// The nested TLB for the host page sizes in `sizes` (a lookup probes each size it holds).
+    fn tlb(&self, sizes: &[PageSize]) -> TlbConfig {
+        TlbConfig::new(self.entries, self.ways, self.latency, sizes)
     }
+}
+
+/// The page sizes a host under `os` may back guest memory with.
+fn host_sizes(os: &OsConfig) -> Vec<PageSize> {
+    let mut v = vec![PageSize::K4];
+    if os.thp != crate::os::ThpMode::Never {
+        v.push(PageSize::M2);
+    }
+    if os.hugetlb_1g > 0 {
+        v.push(PageSize::G1);
+    }
+    v
 }
 
 /// The hypervisor's configuration (`host.*`): its OS, its drivers' sections, the nested TLB.
@@ -109,7 +122,7 @@ impl HostConfig {
         self.os.validate().map_err(host)?;
         self.arch.validate().map_err(host)?;
         if self.ntlb.enabled {
-            self.ntlb.tlb().validate("host.ntlb")?;
+            self.ntlb.tlb(&host_sizes(&self.os)).validate("host.ntlb")?;
         }
         Ok(())
     }
@@ -207,7 +220,8 @@ pub struct Nested<G: Driver, H: Driver> {
     pub host: Os<H>,
     /// Host virtual address of guest-physical address 0.
     pub base: u64,
-    ntlb: NtlbConfig,
+    ntlb: TlbConfig,
+    ntlb_enabled: bool,
     /// Bumped whenever the host OS sends shootdowns: every core's host walk caches and nested
     /// TLB are flushed before their next use (the host never remaps in this model, so this is
     /// rare: ECPT host tables reporting stale walk caches).
@@ -429,7 +443,8 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
             allocated: Vec::new(),
             host,
             base,
-            ntlb: cfg.ntlb.clone(),
+            ntlb: cfg.ntlb.tlb(&host_sizes(&cfg.host_os)),
+            ntlb_enabled: cfg.ntlb.enabled,
             host_epoch: 0,
             gplan: WalkPlan::default(),
             hplan: WalkPlan::default(),
@@ -442,7 +457,7 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
         NestedWc {
             guest: self.guest.new_walk_cache(),
             host: self.host.driver.new_walk_cache(),
-            ntlb: self.ntlb.enabled.then(|| Tlb::new(&self.ntlb.tlb())),
+            ntlb: self.ntlb_enabled.then(|| Tlb::new(&self.ntlb)),
             epoch: self.host_epoch,
         }
     }
