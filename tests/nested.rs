@@ -154,6 +154,12 @@ fn nested_walks_cost_more_and_thp_in_both_dimensions_recovers() {
     let lat = |r: &xlate::sim::RunOutput| metric(r, "walk_latency_avg");
     assert!(lat(&nested) > 2.0 * lat(&native), "2-D walks: {} vs native {}", lat(&nested), lat(&native));
     assert!(metric(&nested, "walk_refs_per_walk") > 2.0 * metric(&native, "walk_refs_per_walk"));
+    // The host dimension's references are reported apart, and add up by level.
+    assert_eq!(metric(&native, "walk_refs_host"), 0.0);
+    let host = metric(&nested, "walk_refs_host");
+    assert!(host > 0.0 && host < metric(&nested, "walk_refs"));
+    let by_level: f64 = ["l1", "l2", "llc", "dram"].iter().map(|l| metric(&nested, &format!("walk_refs_host_{l}"))).sum();
+    assert_eq!(by_level, host);
     let tc = |r: &xlate::sim::RunOutput| metric(r, "translation_cycles");
     assert!(tc(&thp) < 0.5 * tc(&nested), "THP in both dimensions: {} vs {}", tc(&thp), tc(&nested));
 }

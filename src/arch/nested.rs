@@ -278,7 +278,7 @@ impl<G: Driver, H: Driver> Nested<G, H> {
             }
             let mut last = None;
             for h in &hplan.refs {
-                plan.push(h.paddr, step.saturating_add(h.step), needed && h.needed);
+                plan.push_host(h.paddr, step.saturating_add(h.step), needed && h.needed);
                 last = Some(last.map_or(h.step, |l: u8| l.max(h.step)));
             }
             plan.fixed_cycles += hplan.fixed_cycles;

@@ -121,6 +121,8 @@ pub struct WalkStats {
     pub serial_steps: u64,
     /// References served by L1 / L2 / LLC / DRAM.
     pub refs_by_level: [u64; 4],
+    /// Of those, the host-dimension references of 2-D walks.
+    pub host_refs_by_level: [u64; 4],
     /// Walk-cache hits / misses.
     pub wc_hits: u64,
     /// Walk-cache misses.
@@ -137,6 +139,7 @@ impl Default for WalkStats {
             refs_unfiltered: 0,
             serial_steps: 0,
             refs_by_level: [0; 4],
+            host_refs_by_level: [0; 4],
             wc_hits: 0,
             wc_misses: 0,
         }
@@ -172,6 +175,7 @@ impl WalkStats {
         self.serial_steps += o.serial_steps;
         for i in 0..4 {
             self.refs_by_level[i] += o.refs_by_level[i];
+            self.host_refs_by_level[i] += o.host_refs_by_level[i];
         }
         self.wc_hits += o.wc_hits;
         self.wc_misses += o.wc_misses;
@@ -232,6 +236,9 @@ pub fn time_walk(plan: &WalkPlan, mem: &mut MemHierarchy, core: usize, entry: Wa
             let r = refs[i];
             let (l, level) = mem.access(core, r.paddr, true, false, enter);
             stats.refs_by_level[level as usize] += 1;
+            if r.host {
+                stats.host_refs_by_level[level as usize] += 1;
+            }
             if r.needed {
                 step_lat = step_lat.max(l);
                 needed = true;

@@ -64,6 +64,11 @@ pub fn metrics(r: &RunOutput) -> Vec<Metric> {
     for (i, lvl) in ["l1", "l2", "llc", "dram"].iter().enumerate() {
         add(&format!("walk_refs_{lvl}"), w.refs_by_level[i] as f64, "refs");
     }
+    // Nested runs: the host dimension's share (0 natively; the guest's is the rest).
+    add("walk_refs_host", w.host_refs_by_level.iter().sum::<u64>() as f64, "refs");
+    for (i, lvl) in ["l1", "l2", "llc", "dram"].iter().enumerate() {
+        add(&format!("walk_refs_host_{lvl}"), w.host_refs_by_level[i] as f64, "refs");
+    }
     let sw = &c.side;
     add("side_walks", sw.walks as f64, "lookups");
     add("side_walk_hit_rate", per(c.side_hits as f64, sw.walks as f64), "fraction");

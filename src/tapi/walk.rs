@@ -36,6 +36,8 @@ pub struct WalkRef {
     pub step: u8,
     /// Whether the walk waits for this reference.
     pub needed: bool,
+    /// A host-dimension reference of a 2-D walk (reported apart from the guest's).
+    pub host: bool,
 }
 
 /// The references of one walk plus its fixed latencies. Reused across walks: `clear` keeps the
@@ -74,7 +76,13 @@ impl WalkPlan {
     /// Adds a reference to step `step`.
     #[inline]
     pub fn push(&mut self, paddr: u64, step: u8, needed: bool) {
-        self.refs.push(WalkRef { paddr, step, needed });
+        self.refs.push(WalkRef { paddr, step, needed, host: false });
+    }
+
+    /// Adds a host-dimension reference of a 2-D walk to step `step`.
+    #[inline]
+    pub fn push_host(&mut self, paddr: u64, step: u8, needed: bool) {
+        self.refs.push(WalkRef { paddr, step, needed, host: true });
     }
 
     /// Number of serial steps with at least one needed reference.
