@@ -307,6 +307,11 @@ fn real_main() -> Result<()> {
             for d in arch::designs() {
                 println!("{:<14} {}", d.name, d.description);
             }
+            println!(
+                "{:<14} any two designs of the {} drivers: GUEST as a guest on HOST under a hypervisor (docs/virtualization.md)",
+                "GUEST@HOST",
+                arch::nested::NESTABLE.join(", ")
+            );
             Ok(())
         }
         Cmd::Workloads => {
