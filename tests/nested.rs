@@ -163,3 +163,28 @@ fn nested_walks_cost_more_and_thp_in_both_dimensions_recovers() {
     let tc = |r: &xlate::sim::RunOutput| metric(r, "translation_cycles");
     assert!(tc(&thp) < 0.5 * tc(&nested), "THP in both dimensions: {} vs {}", tc(&thp), tc(&nested));
 }
+
+/// Guest khugepaged collapses regions while the program runs on a host: the guest shootdowns
+/// must drop the guest-virtual entries (TLBs, guest walk caches), or checked mode fails the run.
+#[test]
+fn guest_promotions_under_checked_mode() {
+    for host in ["radix4", "radix4-thp", "ecpt"] {
+        let design = format!("radix4-thp@{host}");
+        let mut sets = VM.to_vec();
+        sets.extend_from_slice(&[
+            "workload.name=\"gups\"",
+            "workload.params.table=64M",
+            "workload.params.updates=200000",
+            "workload.params.madvise_huge=true",
+            "os.thp=madvise",
+            "sim.checked=true",
+            "sim.epoch_accesses=5000",
+            "os.khugepaged.sleep_ms=0.01",
+            "os.khugepaged.pages_to_scan=2048",
+        ]);
+        let r = run(&design, &sets);
+        assert_eq!(r.core.checked, r.core.accesses, "{design}");
+        assert_eq!(r.os.promotions, 32, "{design}: every 2 MiB region of the table collapsed in the guest");
+        assert!(r.os.shootdowns >= 32);
+    }
+}
