@@ -160,6 +160,9 @@ fn nested_walks_cost_more_and_thp_in_both_dimensions_recovers() {
     assert!(host > 0.0 && host < metric(&nested, "walk_refs"));
     let by_level: f64 = ["l1", "l2", "llc", "dram"].iter().map(|l| metric(&nested, &format!("walk_refs_host_{l}"))).sum();
     assert_eq!(by_level, host);
+    let host_lat = metric(&nested, "walk_latency_host_avg");
+    assert!(host_lat > 0.0 && host_lat < lat(&nested), "host share of the 2-D walk: {host_lat}");
+    assert_eq!(metric(&native, "walk_latency_host_avg"), 0.0);
     let tc = |r: &xlate::sim::RunOutput| metric(r, "translation_cycles");
     assert!(tc(&thp) < 0.5 * tc(&nested), "THP in both dimensions: {} vs {}", tc(&thp), tc(&nested));
 }

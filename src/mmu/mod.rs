@@ -123,6 +123,8 @@ pub struct WalkStats {
     pub refs_by_level: [u64; 4],
     /// Of those, the host-dimension references of 2-D walks.
     pub host_refs_by_level: [u64; 4],
+    /// Critical-path cycles of 2-D walk steps whose slowest needed reference was a host one.
+    pub host_latency_sum: u64,
     /// Walk-cache hits / misses.
     pub wc_hits: u64,
     /// Walk-cache misses.
@@ -140,6 +142,7 @@ impl Default for WalkStats {
             serial_steps: 0,
             refs_by_level: [0; 4],
             host_refs_by_level: [0; 4],
+            host_latency_sum: 0,
             wc_hits: 0,
             wc_misses: 0,
         }
@@ -173,6 +176,7 @@ impl WalkStats {
         self.refs += o.refs;
         self.refs_unfiltered += o.refs_unfiltered;
         self.serial_steps += o.serial_steps;
+        self.host_latency_sum += o.host_latency_sum;
         for i in 0..4 {
             self.refs_by_level[i] += o.refs_by_level[i];
             self.host_refs_by_level[i] += o.host_refs_by_level[i];
@@ -232,6 +236,7 @@ pub fn time_walk(plan: &WalkPlan, mem: &mut MemHierarchy, core: usize, entry: Wa
         let step = refs[i].step;
         let mut step_lat = 0;
         let mut needed = false;
+        let mut host = false;
         while i < refs.len() && refs[i].step == step {
             let r = refs[i];
             let (l, level) = mem.access(core, r.paddr, true, false, enter);
@@ -239,14 +244,18 @@ pub fn time_walk(plan: &WalkPlan, mem: &mut MemHierarchy, core: usize, entry: Wa
             if r.host {
                 stats.host_refs_by_level[level as usize] += 1;
             }
-            if r.needed {
-                step_lat = step_lat.max(l);
+            if r.needed && (!needed || l > step_lat) {
+                step_lat = l;
+                host = r.host;
                 needed = true;
             }
             i += 1;
         }
         if needed {
             stats.serial_steps += 1;
+            if host {
+                stats.host_latency_sum += step_lat as u64;
+            }
         }
         lat += step_lat;
     }
