@@ -191,3 +191,29 @@ fn guest_promotions_under_checked_mode() {
         assert!(r.os.shootdowns >= 32);
     }
 }
+
+/// A host that swaps guest memory out remaps guest-physical pages behind the guest's back: every
+/// guest-virtual TLB entry may depend on a remapped page, so the VM's TLBs are flushed on each
+/// host remap (as KVM does), or checked mode finds a stale entry.
+#[test]
+fn host_swapping_remaps_under_checked_mode() {
+    for host in ["radix4", "ecpt"] {
+        let design = format!("radix4@{host}");
+        let r = run(
+            &design,
+            &[
+                "os.memory=512M",
+                "host.os.memory=160M",
+                "host.os.swap.enabled=true",
+                "workload.name=\"gups\"",
+                "workload.params.table=256M",
+                "workload.params.updates=30000",
+                "sim.checked=true",
+            ],
+        );
+        assert_eq!(r.core.checked, r.core.accesses, "{design}");
+        let host_os = &r.driver["host_os"];
+        assert!(host_os["swap_outs"].as_u64().unwrap() > 0 && host_os["faults_swapin"].as_u64().unwrap() > 0, "{design}: {host_os}");
+        assert!(r.driver["host_remaps"].as_u64().unwrap() > 0, "{design}");
+    }
+}

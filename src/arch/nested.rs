@@ -226,6 +226,8 @@ pub struct Nested<G: Driver, H: Driver> {
     /// TLB are flushed before their next use (the host never remaps in this model, so this is
     /// rare: ECPT host tables reporting stale walk caches).
     host_epoch: u64,
+    /// Host remaps so far: the VM's TLBs are flushed on each ([`Driver::generation`]).
+    remaps: u64,
     trap_cycles: f64,
     back_on_guest_map: bool,
     /// Guest frames allocated during the current translation-database call.
@@ -313,6 +315,9 @@ impl<G: Driver, H: Driver> Nested<G, H> {
                     self.stats.host_fault_cycles += c;
                     plan.fixed_cycles += c as u32;
                     self.drain_host_shootdowns();
+                    // The host fault may have remapped other pages (swap): this core's host
+                    // caches are flushed before the walk goes on.
+                    self.sync_host_caches(wc);
                 }
             }
         }
@@ -351,13 +356,32 @@ impl<G: Driver, H: Driver> Nested<G, H> {
         r
     }
 
-    /// Host shootdowns bump the host epoch; cores flush their host caches when they see it.
+    /// Flushes this core's host walk caches and nested TLB if the host sent shootdowns since
+    /// they were last flushed.
+    fn sync_host_caches(&self, wc: &mut NestedWc<G, H>) {
+        if wc.epoch != self.host_epoch {
+            self.host.driver.invalidate_walk_cache(&mut wc.host, VM, 0, u64::MAX);
+            if let Some(n) = wc.ntlb.as_mut() {
+                n.flush();
+            }
+            wc.epoch = self.host_epoch;
+        }
+    }
+
+    /// Host shootdowns bump the host epoch: cores flush their host walk caches and nested TLB
+    /// when they see it and, for a host remap (a page swapped out or moved), every TLB entry of
+    /// the VM, since any guest-virtual translation may depend on it ([`Driver::generation`]).
+    /// The cached lines of the moved host frames are not dropped from the memory hierarchy (a
+    /// timing effect only; docs/virtualization.md).
     fn drain_host_shootdowns(&mut self) {
-        if !self.host.pending.is_empty() || !self.host.pending_flush.is_empty() {
+        if !self.host.pending.is_empty() {
+            if self.host.pending.iter().any(|sd| sd.tlb) {
+                self.remaps += 1;
+            }
             self.host.pending.clear();
-            self.host.pending_flush.clear();
             self.host_epoch += 1;
         }
+        self.host.pending_flush.clear();
     }
 }
 
@@ -425,10 +449,13 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
     type WalkCache = NestedWc<G, H>;
 
     fn from_config(cfg: &NestedConfig<G, H>, seed: u64) -> Result<Self> {
-        if cfg.host_os.memory < cfg.guest_memory + (64 << 20) {
+        if cfg.host_os.memory < cfg.guest_memory + (64 << 20) && !cfg.host_os.swap.enabled {
             return Err(Error::config(
                 "host.os.memory",
-                format!("must exceed the guest's os.memory ({} bytes) by at least 64M for the host's own tables", cfg.guest_memory),
+                format!(
+                    "must exceed the guest's os.memory ({} bytes) by at least 64M for the host's own tables, unless the host swaps (host.os.swap.enabled)",
+                    cfg.guest_memory
+                ),
             ));
         }
         let mut host = Os::boot(H::from_config(&cfg.host, seed ^ 0x4057)?, &cfg.host_os, seed ^ 0x4057)?;
@@ -446,6 +473,7 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
             ntlb: cfg.ntlb.tlb(&host_sizes(&cfg.host_os)),
             ntlb_enabled: cfg.ntlb.enabled,
             host_epoch: 0,
+            remaps: 0,
             gplan: WalkPlan::default(),
             hplan: WalkPlan::default(),
             hpa: Vec::new(),
@@ -463,13 +491,7 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
     }
 
     fn walk(&mut self, s: &mut NestedSpace<G>, wc: &mut NestedWc<G, H>, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
-        if wc.epoch != self.host_epoch {
-            self.host.driver.invalidate_walk_cache(&mut wc.host, VM, 0, u64::MAX);
-            if let Some(n) = wc.ntlb.as_mut() {
-                n.flush();
-            }
-            wc.epoch = self.host_epoch;
-        }
+        self.sync_host_caches(wc);
         self.stats.walks += 1;
         // The guest dimension: the guest driver's own walk over guest-physical tables.
         let mut gplan = std::mem::take(&mut self.gplan);
@@ -535,6 +557,11 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
         self.guest.can_map(va, size)
     }
 
+    #[inline(always)]
+    fn generation(&self) -> Option<u64> {
+        Some(self.remaps)
+    }
+
     fn machine_translation(&self, va: u64, t: Translation) -> Option<Translation> {
         let gpa = t.paddr(va);
         let ht = self.host.truth(VM, self.base + gpa)?;
@@ -558,6 +585,7 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
         m.insert("ept_violations_in_walks".into(), json!(st.ept_violations));
         m.insert("host_fault_cycles_in_walks".into(), json!(st.host_fault_cycles));
         m.insert("host_fault_cycles_at_guest_map".into(), json!(st.host_fault_cycles_at_guest_map));
+        m.insert("host_remaps".into(), json!(self.remaps));
         m.insert("ntlb_lookups".into(), json!(st.ntlb_lookups));
         m.insert("ntlb_hit_rate".into(), json!(per(st.ntlb_hits as f64, st.ntlb_lookups)));
         m.insert("host_coverage_4k".into(), json!(cov[PageSize::K4.index()]));

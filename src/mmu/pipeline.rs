@@ -118,12 +118,14 @@ pub struct CoreMmu<D: Driver> {
     pub wc: D::WalkCache,
     /// Counters.
     pub stats: MmuStats,
+    /// The driver's [`Driver::generation`] these TLBs are coherent with.
+    generation: u64,
 }
 
 impl<D: Driver> CoreMmu<D> {
     /// A core's MMU with empty TLBs and walk caches.
     pub fn new(tlbs: Tlbs, driver: &D) -> CoreMmu<D> {
-        CoreMmu { tlbs, wc: driver.new_walk_cache(), stats: MmuStats::default() }
+        CoreMmu { tlbs, wc: driver.new_walk_cache(), stats: MmuStats::default(), generation: driver.generation().unwrap_or(0) }
     }
 
     /// Fills the L1 TLB that holds `t`'s size (L1 D-TLBs or the I-TLB).
@@ -210,6 +212,12 @@ impl Pipeline {
                 None => Self::fault(host, mmu, asid, va, now)?,
             };
             return Ok((t, 0));
+        }
+        if let Some(g) = host.tables(asid).0.generation() {
+            if g != mmu.generation {
+                mmu.generation = g;
+                mmu.tlbs.flush();
+            }
         }
         let s = &mut mmu.stats.tlb;
         let hit = if fetch {

@@ -60,6 +60,16 @@ pub trait Driver: Tdb + Sized + 'static {
         Some(t)
     }
 
+    /// A counter the driver bumps when translations cached by the MMUs of every address space
+    /// may have gone stale without an OS shootdown — a hypervisor remapping guest memory (KVM
+    /// flushes the whole VM's TLBs then). Each core flushes its TLBs before its next access when
+    /// it sees the counter change; the driver keeps its own walk caches coherent. Default: `None`
+    /// (never), which costs the access path nothing.
+    #[inline(always)]
+    fn generation(&self) -> Option<u64> {
+        None
+    }
+
     /// Driver-specific metrics for the report (JSON object; empty by default).
     fn metrics(&self) -> serde_json::Map<String, serde_json::Value> {
         serde_json::Map::new()
