@@ -184,11 +184,15 @@ fn guest_promotions_under_checked_mode() {
             "sim.epoch_accesses=5000",
             "os.khugepaged.sleep_ms=0.01",
             "os.khugepaged.pages_to_scan=2048",
+            "host.os.khugepaged.sleep_ms=0.01",
         ]);
         let r = run(&design, &sets);
         assert_eq!(r.core.checked, r.core.accesses, "{design}");
         assert_eq!(r.os.promotions, 32, "{design}: every 2 MiB region of the table collapsed in the guest");
         assert!(r.os.shootdowns >= 32);
+        // The hypervisor's own khugepaged runs at the guest's epochs when its THP is on.
+        let host_scans = r.driver["host_os"]["khugepaged_scans"].as_u64().unwrap();
+        assert_eq!(host_scans > 0, host == "radix4-thp", "{design}: host khugepaged scans {host_scans}");
     }
 }
 

@@ -557,6 +557,15 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
         self.guest.can_map(va, size)
     }
 
+    /// The hypervisor's background work (migrations it was asked for, khugepaged) runs at the
+    /// guest's epochs; its remaps flush the VM's TLBs like any other.
+    fn tick(&mut self, now_ms: f64, now_cycles: f64) -> Result<()> {
+        self.host.now = now_cycles;
+        self.host.tick(now_ms)?;
+        self.drain_host_shootdowns();
+        Ok(())
+    }
+
     #[inline(always)]
     fn generation(&self) -> Option<u64> {
         Some(self.remaps)

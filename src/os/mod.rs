@@ -386,7 +386,8 @@ impl<D: Driver> Os<D> {
         let mut ps = std::mem::take(&mut self.promoters);
         let r = ps.iter_mut().try_for_each(|p| p.tick(self, now_ms));
         self.promoters = ps;
-        r
+        r?;
+        self.driver.tick(now_ms, now)
     }
 
     /// Bytes of translation structures across processes.

@@ -60,6 +60,13 @@ pub trait Driver: Tdb + Sized + 'static {
         Some(t)
     }
 
+    /// Background work of the driver's own at every epoch, after the OS's (a nested driver's
+    /// hypervisor runs its khugepaged and migrations); `now_ms` and `now_cycles` are the simulated
+    /// time. Default: nothing.
+    fn tick(&mut self, _now_ms: f64, _now_cycles: f64) -> Result<()> {
+        Ok(())
+    }
+
     /// A counter the driver bumps when translations cached by the MMUs of every address space
     /// may have gone stale without an OS shootdown — a hypervisor remapping guest memory (KVM
     /// flushes the whole VM's TLBs then). Each core flushes its TLBs before its next access when
