@@ -6,10 +6,9 @@
 mod common;
 use common::*;
 use xlate::addr::PageSize;
+use xlate::arch;
 use xlate::arch::nested::{Nested, NestedConfig, NESTABLE};
 use xlate::arch::radix::Radix;
-use xlate::arch::{self, Registered};
-use xlate::config::Config;
 use xlate::os::Os;
 use xlate::tapi::{Driver, MapFlags, WalkPlan};
 
@@ -18,23 +17,12 @@ const VM: &[&str] = &["os.memory=512M", "host.os.memory=2G"];
 /// No page-walk cache in either dimension and no nested TLB: every reference is made.
 const NO_CACHES: &[&str] = &["arch.radix.pwc=[]", "host.arch.radix.pwc=[]", "host.ntlb.enabled=false"];
 
-fn nested_cfg<G: Registered, H: Registered>(cfg: &Config) -> NestedConfig<G, H> {
-    NestedConfig {
-        guest: G::config(&cfg.arch),
-        host: H::config(&cfg.host.arch),
-        host_os: cfg.host.os.clone(),
-        ntlb: cfg.host.ntlb.clone(),
-        guest_memory: cfg.os.memory,
-        back_on_guest_map: cfg.host.back_on_guest_map,
-    }
-}
-
 /// A guest OS on `design` (radix guest, radix host) with 4 MiB mapped and populated at `base`.
 fn radix_vm(design: &str, sets: &[&str]) -> (Os<Nested<Radix, Radix>>, u16, u64) {
     let mut s = VM.to_vec();
     s.extend_from_slice(sets);
     let cfg = config(design, &s);
-    let d = Nested::<Radix, Radix>::from_config(&nested_cfg(&cfg), cfg.seed).unwrap();
+    let d = Nested::<Radix, Radix>::from_config(&NestedConfig::new(&cfg.arch, &cfg.host, cfg.os.memory), cfg.seed).unwrap();
     let mut os = Os::boot(d, &cfg.os, cfg.seed).unwrap();
     let a = os.spawn(false).unwrap();
     let base = os.mmap(a, 4 << 20, MapFlags::default()).unwrap();

@@ -32,7 +32,7 @@
 //! khugepaged, no host migration), so a host mapping, once made, never changes and guest TLB
 //! entries never need a host shootdown.
 
-use super::{ArchConfig, Design};
+use super::{ArchConfig, Design, Registered};
 use crate::addr::{PageSize, Pfn};
 use crate::error::{Error, Result};
 use crate::mmu::tlb::{Tlb, TlbConfig};
@@ -182,6 +182,21 @@ pub struct NestedConfig<G: Driver, H: Driver> {
     pub guest_memory: u64,
     /// See [`HostConfig::back_on_guest_map`].
     pub back_on_guest_map: bool,
+}
+
+impl<G: Registered, H: Registered> NestedConfig<G, H> {
+    /// The configuration of `G` on `H` from the guest's `arch` sections, the hypervisor's
+    /// `host` section and the guest's memory size (`os.memory`).
+    pub fn new(arch: &ArchConfig, host: &HostConfig, guest_memory: u64) -> Self {
+        NestedConfig {
+            guest: G::config(arch),
+            host: H::config(&host.arch),
+            host_os: host.os.clone(),
+            ntlb: host.ntlb.clone(),
+            guest_memory,
+            back_on_guest_map: host.back_on_guest_map,
+        }
+    }
 }
 
 /// One guest address space: the guest driver's structures.

@@ -212,14 +212,7 @@ fn run_nested<G: Registered, H: Registered>(
     sources: Vec<(String, Box<dyn AccessSource>)>,
     progress: bool,
 ) -> Result<RunOutput> {
-    let nc = NestedConfig::<G, H> {
-        guest: G::config(&cfg.arch),
-        host: H::config(&cfg.host.arch),
-        host_os: cfg.host.os.clone(),
-        ntlb: cfg.host.ntlb.clone(),
-        guest_memory: cfg.os.memory,
-        back_on_guest_map: cfg.host.back_on_guest_map,
-    };
+    let nc = NestedConfig::<G, H>::new(&cfg.arch, &cfg.host, cfg.os.memory);
     run_with(design, cfg, Nested::<G, H>::from_config(&nc, cfg.seed)?, sources, progress)
 }
 
