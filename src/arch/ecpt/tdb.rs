@@ -194,3 +194,128 @@ impl Tdb for Ecpt {
         s.tables.iter().flatten().map(|t| t.bytes()).sum::<u64>() + s.pmd_cwt.iter().chain(s.pud_cwt.iter()).map(|c| c.bytes()).sum::<u64>()
     }
 }
+
+/// The optimized customizable functions ECPT overrides (EMT §4.2).
+impl Ecpt {
+    /// The customized range iterator: CWT headers skip empty sections, and one probe per cluster
+    /// serves its 8 entries.
+    pub(super) fn opt_for_each(&mut self, s: &mut EcptSpace, start: u64, end: u64, env: &mut TdbEnv, f: &mut dyn FnMut(&TObj)) {
+        if start >= end || s.pud_cwt.is_none() {
+            return;
+        }
+        let (g_lo, g_hi) = (start >> 30, (end - 1) >> 30);
+        for tag in (g_lo >> 6)..=(g_hi >> 6) {
+            Self::read_header(s, Lvl::Pud, tag << 6, env.cost);
+        }
+        let gbs: Vec<(u64, PudInfo)> = s.pud.range(g_lo..=g_hi).map(|(k, v)| (*k, *v)).collect();
+        for (g, pi) in gbs {
+            env.cost.read(1);
+            if pi.g1 {
+                let va = g << 30;
+                if va >= start {
+                    if let Some(o) = cluster_entry(s, 2, g, env.cost) {
+                        f(&o);
+                    }
+                }
+                continue;
+            }
+            let lo = start.max(g << 30) >> 21;
+            let hi = (end.min((g + 1) << 30) - 1) >> 21;
+            for tag in (lo >> 6)..=(hi >> 6) {
+                Self::read_header(s, Lvl::Pmd, tag << 6, env.cost);
+            }
+            let secs: Vec<(u64, PmdInfo)> = s.pmd.range(lo..=hi).map(|(k, v)| (*k, *v)).collect();
+            let mut cached: Option<(u64, Option<Cluster>)> = None;
+            for (sec, mi) in secs {
+                env.cost.read(1);
+                if mi.m2 {
+                    let va = sec << 21;
+                    if va >= start {
+                        // One probe serves the 8 sections of a 2 MiB cluster.
+                        let t = s.tables[1].as_ref().expect("2M table");
+                        if cached.map(|c| c.0) != Some(sec >> 3) {
+                            cached = Some((sec >> 3, t.find(sec >> 3, env.cost).map(|id| t.line(id).data)));
+                        }
+                        if let Some((_, Some(d))) = cached {
+                            let e = d[(sec & 7) as usize];
+                            if e & PRESENT != 0 {
+                                env.cost.read(1);
+                                f(&decode(e, va, PageSize::M2));
+                            }
+                        }
+                    }
+                }
+                if mi.k4 > 0 {
+                    let v_lo = start.max(sec << 21) >> 12;
+                    let v_hi = (end.min((sec + 1) << 21) - 1) >> 12;
+                    let t = s.tables[0].as_ref().expect("4K table");
+                    for ctag in (v_lo >> 3)..=(v_hi >> 3) {
+                        let Some(id) = t.find(ctag, env.cost) else { continue };
+                        let d = t.line(id).data;
+                        for j in 0..8u64 {
+                            let vpn = ctag * 8 + j;
+                            if vpn < v_lo || vpn > v_hi || d[j as usize] & PRESENT == 0 {
+                                continue;
+                            }
+                            env.cost.read(1);
+                            let va = vpn << 12;
+                            if va >= start {
+                                f(&decode(d[j as usize], va, PageSize::K4));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The customized emptiness check: headers answer for whole sections; clusters for partly
+    /// covered 4 KiB sections.
+    pub(super) fn opt_range_is_empty(&mut self, s: &mut EcptSpace, start: u64, end: u64, env: &mut TdbEnv) -> bool {
+        if start >= end || s.pud_cwt.is_none() {
+            return true;
+        }
+        let (g_lo, g_hi) = (start >> 30, (end - 1) >> 30);
+        for tag in (g_lo >> 6)..=(g_hi >> 6) {
+            Self::read_header(s, Lvl::Pud, tag << 6, env.cost);
+        }
+        let gbs: Vec<(u64, PudInfo)> = s.pud.range(g_lo..=g_hi).map(|(k, v)| (*k, *v)).collect();
+        for (g, pi) in gbs {
+            env.cost.read(1);
+            let (gs, ge) = (g << 30, (g + 1) << 30);
+            if pi.g1 || (start <= gs && ge <= end) {
+                return false;
+            }
+            let lo = start.max(gs) >> 21;
+            let hi = (end.min(ge) - 1) >> 21;
+            for tag in (lo >> 6)..=(hi >> 6) {
+                Self::read_header(s, Lvl::Pmd, tag << 6, env.cost);
+            }
+            let secs: Vec<(u64, PmdInfo)> = s.pmd.range(lo..=hi).map(|(k, v)| (*k, *v)).collect();
+            for (sec, mi) in secs {
+                env.cost.read(1);
+                let (ss, se) = (sec << 21, (sec + 1) << 21);
+                if mi.m2 || (mi.k4 > 0 && start <= ss && se <= end) {
+                    return false;
+                }
+                if mi.k4 > 0 {
+                    let v_lo = start.max(ss) >> 12;
+                    let v_hi = (end.min(se) - 1) >> 12;
+                    let t = s.tables[0].as_ref().expect("4K table");
+                    for ctag in (v_lo >> 3)..=(v_hi >> 3) {
+                        let Some(id) = t.find(ctag, env.cost) else { continue };
+                        let d = t.line(id).data;
+                        for j in 0..8u64 {
+                            let vpn = ctag * 8 + j;
+                            if vpn >= v_lo && vpn <= v_hi && d[j as usize] & PRESENT != 0 {
+                                env.cost.read(1);
+                                return false;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        true
+    }
+}
