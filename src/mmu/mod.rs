@@ -43,6 +43,11 @@ pub struct MmuConfig {
     /// Look a driver's side structure (RestSeg walk, range TLB) up in parallel with the L2 TLB
     /// (Utopia's default) instead of after its miss (Utopia Fig. 28's serial variant).
     pub side_parallel: bool,
+    /// A translation of a size no L1 TLB holds is filled into the L1 TLB of the largest smaller
+    /// size one holds, as the piece covering the accessed address (Neoverse N1 / Cortex-A76:
+    /// "breaks these down into smaller pages when required for the L1", reference
+    /// elastic-translations.md §1.5). Off: such translations are served by the L2 TLB each time.
+    pub l1_pieces: bool,
 }
 
 impl Default for MmuConfig {
@@ -61,6 +66,7 @@ impl Default for MmuConfig {
             walker_entry: WalkerEntry::L1,
             perfect_tlb: false,
             side_parallel: true,
+            l1_pieces: false,
         }
     }
 }

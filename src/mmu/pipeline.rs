@@ -16,6 +16,7 @@
 //! benchmark build pays nothing for checked mode.
 
 use super::{time_walk, TlbStats, Tlbs, WalkStats, WalkerEntry};
+use crate::addr::PageSize;
 use crate::error::{Error, Result};
 use crate::mem::{Level, MemHierarchy};
 use crate::tapi::{Driver, Shootdown, SideStart, SideTiming, Translation, Tsvc, WalkPlan};
@@ -128,20 +129,29 @@ impl<D: Driver> CoreMmu<D> {
         CoreMmu { tlbs, wc: driver.new_walk_cache(), stats: MmuStats::default(), generation: driver.generation().unwrap_or(0) }
     }
 
-    /// Fills the L1 TLB that holds `t`'s size (L1 D-TLBs or the I-TLB).
+    /// Fills the L1 TLB that holds `t`'s size (L1 D-TLBs or the I-TLB); with `pieces`, a size no
+    /// L1 holds goes in as the piece of the largest smaller size one holds that covers `va`.
     #[inline]
-    fn fill_l1(&mut self, asid: u16, va: u64, t: Translation, fetch: bool) {
-        if fetch {
-            self.tlbs.l1i.insert(asid, va, t);
-        } else if let Some(l1) = self.tlbs.l1d.iter_mut().find(|l| l.holds(t.size)) {
+    fn fill_l1(&mut self, asid: u16, va: u64, t: Translation, fetch: bool, pieces: bool) {
+        let l1s = if fetch { std::slice::from_mut(&mut self.tlbs.l1i) } else { &mut self.tlbs.l1d[..] };
+        if let Some(l1) = l1s.iter_mut().find(|l| l.holds(t.size)) {
             l1.insert(asid, va, t);
+        } else if pieces {
+            let piece = PageSize::ALL.iter().rev().copied().find(|&s| s < t.size && l1s.iter().any(|l| l.holds(s)));
+            if let Some(piece) = piece {
+                let l1 = l1s.iter_mut().find(|l| l.holds(piece)).expect("an L1 TLB holds the piece size");
+                l1.insert(asid, va, Translation { pbase: t.paddr(va) & !piece.offset_mask(), size: piece });
+            }
         }
     }
 
+    /// Checks that `t` gives `va` the frame the OS maps it to. Only the frame of the accessed
+    /// address is compared: a TLB entry may be a piece of a larger page or cover a coalesced
+    /// group of smaller ones, and every address it serves is checked when it is used.
     fn check<H: TranslationHost<D>>(&mut self, host: &H, asid: u16, va: u64, t: Translation, what: &str) -> Result<()> {
         self.stats.checked += 1;
         let truth = host.truth(asid, va);
-        if truth != Some(t) {
+        if truth.map(|g| g.paddr(va)) != Some(t.paddr(va)) {
             return Err(Error::Check(format!(
                 "{what} for ASID {asid} va {va:#x} gave {:#x} ({}), the OS maps {}",
                 t.paddr(va),
@@ -183,12 +193,14 @@ pub struct Pipeline {
     pub entry: WalkerEntry,
     /// The overlap rules.
     pub overlap: Overlap,
+    /// Fill unheld sizes into the L1 TLBs as pieces (`mmu.l1_pieces`).
+    pub l1_pieces: bool,
 }
 
 impl Pipeline {
-    /// A pipeline with `entry` and `overlap`.
-    pub fn new(entry: WalkerEntry, overlap: Overlap) -> Pipeline {
-        Pipeline { plan: WalkPlan::default(), entry, overlap }
+    /// A pipeline with `entry`, `overlap` and `l1_pieces`.
+    pub fn new(entry: WalkerEntry, overlap: Overlap, l1_pieces: bool) -> Pipeline {
+        Pipeline { plan: WalkPlan::default(), entry, overlap, l1_pieces }
     }
 
     /// Translates `va` of `asid` for core `cid` whose clock is `now` (advanced by the OS work of
@@ -250,7 +262,7 @@ impl Pipeline {
                 mmu.check(host, asid, va, t, "L2 TLB hit")?;
             }
             mmu.stats.tlb.l1_misses_by_size[t.size.index()] += 1;
-            mmu.fill_l1(asid, va, t, fetch);
+            mmu.fill_l1(asid, va, t, fetch, self.l1_pieces);
             // Whichever of the two finds the translation first answers.
             let lat = match early {
                 Some((Some(ts), sl)) => {
@@ -295,7 +307,7 @@ impl Pipeline {
                     }
                     mmu.stats.tlb.l1_misses_by_size[t.size.index()] += 1;
                     mmu.tlbs.l2.insert(asid, va, t);
-                    mmu.fill_l1(asid, va, t, fetch);
+                    mmu.fill_l1(asid, va, t, fetch, self.l1_pieces);
                     let stall = host.migration_stall(asid, va, t, *now);
                     return Ok((t, cycles + before_walk + stall));
                 }
@@ -325,7 +337,7 @@ impl Pipeline {
                     mmu.stats.tlb.l1_misses_by_size[t.size.index()] += 1;
                     mmu.stats.tlb.l2_misses_by_size[t.size.index()] += 1;
                     mmu.tlbs.l2.insert(asid, va, t);
-                    mmu.fill_l1(asid, va, t, fetch);
+                    mmu.fill_l1(asid, va, t, fetch, self.l1_pieces);
                     let stall = host.migration_stall(asid, va, t, *now);
                     return Ok((t, cycles + stall));
                 }
@@ -416,6 +428,8 @@ mod tests {
     struct FlatSpace {
         pages: HashMap<u64, u64>,
         side: HashMap<u64, u64>,
+        /// 2 MiB pages: 2 MiB page number → physical base.
+        huge: HashMap<u64, u64>,
     }
 
     impl Tdb for Flat {
@@ -460,6 +474,9 @@ mod tests {
         fn new_walk_cache(&self) {}
         fn walk(&mut self, s: &mut FlatSpace, _: &mut (), _: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
             plan.fixed_cycles += W;
+            if let Some(&pbase) = s.huge.get(&(va >> 21)) {
+                return Some(Translation { pbase, size: PageSize::M2 });
+            }
             s.pages.get(&(va >> 12)).map(|&pbase| Translation { pbase, size: PageSize::K4 })
         }
         fn invalidate_walk_cache(&self, _: &mut (), _: u16, _: u64, _: u64) {}
@@ -495,6 +512,9 @@ mod tests {
             (&self.d, &self.pending)
         }
         fn truth(&self, _: u16, va: u64) -> Option<Translation> {
+            if let Some(&pbase) = self.s.huge.get(&(va >> 21)) {
+                return Some(Translation { pbase, size: PageSize::M2 });
+            }
             self.s.pages.get(&(va >> 12)).map(|&pbase| Translation { pbase, size: PageSize::K4 })
         }
         fn migration_stall(&mut self, _: u16, _: u64, _: Translation, _: f64) -> u32 {
@@ -512,14 +532,18 @@ mod tests {
 
     /// A core with the default TLBs; `side`: the side structure's latency and timing, if any.
     fn rig(parallel_walk: bool, side_parallel: bool, side: Option<(u32, SideTiming)>) -> Rig {
+        rig_with(&MmuConfig::default(), parallel_walk, side_parallel, side)
+    }
+
+    fn rig_with(cfg: &MmuConfig, parallel_walk: bool, side_parallel: bool, side: Option<(u32, SideTiming)>) -> Rig {
         let d = Flat { side_lat: side.map(|s| s.0), timing: side.map(|s| s.1).unwrap_or_default() };
-        let mmu = CoreMmu::new(Tlbs::new(&MmuConfig::default()), &d);
+        let mmu = CoreMmu::new(Tlbs::new(cfg), &d);
         let overlap = Overlap::new(parallel_walk, side_parallel, side.map(|s| s.1));
         Rig {
             host: Host { d, s: FlatSpace::default(), pending: Vec::new() },
             mem: MemHierarchy::new(&MemConfig::default(), 1, 2.0),
             mmu,
-            pipe: Pipeline::new(WalkerEntry::L1, overlap),
+            pipe: Pipeline::new(WalkerEntry::L1, overlap, cfg.l1_pieces),
             now: 0.0,
         }
     }
@@ -670,5 +694,23 @@ mod tests {
         assert_eq!(r.cycles(VA), L.max(W), "an untagged switch flushes");
         r.mmu.flush(&r.host.d, 1);
         assert_eq!(r.cycles(VA), L.max(W));
+    }
+
+    #[test]
+    fn an_unheld_size_is_served_by_the_l2_tlb_or_split_into_l1_pieces() {
+        use crate::mmu::tlb::TlbConfig;
+        let only_4k = MmuConfig { l1d: vec![TlbConfig::new(64, 4, 1, &[PageSize::K4])], ..MmuConfig::default() };
+        for pieces in [false, true] {
+            let mut r = rig_with(&MmuConfig { l1_pieces: pieces, ..only_4k.clone() }, true, true, None);
+            r.host.s.huge.insert(VA >> 21, 0x4000_0000);
+            assert_eq!(r.cycles(VA), L.max(W), "the walk finds the 2 MiB page");
+            // With pieces the accessed 4 KiB of the 2 MiB page sits in the L1; checked mode
+            // compares its frame with the OS's 2 MiB mapping.
+            assert_eq!(r.cycles(VA + 8), if pieces { 0 } else { L }, "pieces = {pieces}");
+            assert_eq!(r.cycles(VA + 0x1000), L, "another 4 KiB of the page: an L2 hit, pieces = {pieces}");
+            assert_eq!(r.cycles(VA + 0x1008), if pieces { 0 } else { L });
+            let t = r.go::<Checked>(VA + 0x1008).unwrap().0;
+            assert_eq!(t.paddr(VA + 0x1008), 0x4000_0000 + ((VA + 0x1008) & 0x1f_ffff));
+        }
     }
 }

@@ -285,7 +285,7 @@ fn run_with<D: Driver>(
         os,
         mem: MemHierarchy::new(&cfg.mem, cfg.cores, cfg.core.ghz),
         timing: Additive::new(cfg),
-        pipe: Pipeline::new(cfg.mmu.walker_entry, overlap),
+        pipe: Pipeline::new(cfg.mmu.walker_entry, overlap, cfg.mmu.l1_pieces),
     };
     let setup_s = started.elapsed().as_secs_f64();
     let interrupted = match (cfg.mmu.perfect_tlb, cfg.sim.checked) {
