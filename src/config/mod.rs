@@ -474,6 +474,12 @@ mod tests {
     }
 
     #[test]
+    fn memfrag_names_ets_fragmenter() {
+        let c = layers(&["os.fragmentation.method=memfrag"]).resolve(None).unwrap();
+        assert_eq!(c.os.fragmentation.method, crate::os::FragMethod::Fmfi);
+    }
+
+    #[test]
     fn defaults_validate_and_presets_resolve() {
         Config::default().validate().unwrap();
         for p in PRESETS {

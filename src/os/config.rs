@@ -45,7 +45,9 @@ impl Default for KhugepagedConfig {
 pub enum FragMethod {
     /// Fresh memory.
     None,
-    /// Elastic Translations' method: target free-memory fragmentation index at order 9.
+    /// Elastic Translations' method: its artifact's `memfrag` tool (also accepted as
+    /// `"memfrag"`), targeting a free-memory fragmentation index at order 9.
+    #[serde(alias = "memfrag")]
     Fmfi,
     /// Virtuoso's knob: fraction of free 2 MiB blocks made unusable.
     Free2m,
