@@ -225,7 +225,7 @@ impl Pipeline {
             };
             return Ok((t, 0));
         }
-        if let Some(g) = host.tables(asid).0.generation() {
+        if let Some(g) = host.pending().0.generation() {
             if g != mmu.generation {
                 mmu.generation = g;
                 mmu.tlbs.flush();
