@@ -197,17 +197,23 @@ impl Tdb for Ecpt {
 
 /// The optimized customizable functions ECPT overrides (EMT §4.2).
 impl Ecpt {
+    /// The 1 GiB sections overlapping `[start, end)` (non-empty) that hold anything, after reading
+    /// the PUD-level CWT headers that cover them.
+    fn pud_sections(s: &EcptSpace, start: u64, end: u64, cost: &mut OsCost) -> Vec<(u64, PudInfo)> {
+        let (g_lo, g_hi) = (start >> 30, (end - 1) >> 30);
+        for tag in (g_lo >> 6)..=(g_hi >> 6) {
+            Self::read_header(s, Lvl::Pud, tag << 6, cost);
+        }
+        s.pud.range(g_lo..=g_hi).map(|(k, v)| (*k, *v)).collect()
+    }
+
     /// The customized range iterator: CWT headers skip empty sections, and one probe per cluster
     /// serves its 8 entries.
     pub(super) fn opt_for_each(&mut self, s: &mut EcptSpace, start: u64, end: u64, env: &mut TdbEnv, f: &mut dyn FnMut(&TObj)) {
         if start >= end || s.pud_cwt.is_none() {
             return;
         }
-        let (g_lo, g_hi) = (start >> 30, (end - 1) >> 30);
-        for tag in (g_lo >> 6)..=(g_hi >> 6) {
-            Self::read_header(s, Lvl::Pud, tag << 6, env.cost);
-        }
-        let gbs: Vec<(u64, PudInfo)> = s.pud.range(g_lo..=g_hi).map(|(k, v)| (*k, *v)).collect();
+        let gbs = Self::pud_sections(s, start, end, env.cost);
         for (g, pi) in gbs {
             env.cost.read(1);
             if pi.g1 {
@@ -275,11 +281,7 @@ impl Ecpt {
         if start >= end || s.pud_cwt.is_none() {
             return true;
         }
-        let (g_lo, g_hi) = (start >> 30, (end - 1) >> 30);
-        for tag in (g_lo >> 6)..=(g_hi >> 6) {
-            Self::read_header(s, Lvl::Pud, tag << 6, env.cost);
-        }
-        let gbs: Vec<(u64, PudInfo)> = s.pud.range(g_lo..=g_hi).map(|(k, v)| (*k, *v)).collect();
+        let gbs = Self::pud_sections(s, start, end, env.cost);
         for (g, pi) in gbs {
             env.cost.read(1);
             let (gs, ge) = (g << 30, (g + 1) << 30);
