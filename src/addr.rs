@@ -113,6 +113,18 @@ impl PageSize {
         addr & self.offset_mask() == 0
     }
 
+    /// For a translation made of a contiguous group of smaller entries (ARMv8's contiguous bit:
+    /// 64 KiB = 16 × 4 KiB, 32 MiB = 16 × 2 MiB), the size of one entry; `None` for a size one
+    /// entry maps. A TLB that does not implement the contiguous hint caches such an entry.
+    #[inline(always)]
+    pub const fn descriptor(self) -> Option<PageSize> {
+        match self {
+            PageSize::K64 => Some(PageSize::K4),
+            PageSize::M32 => Some(PageSize::M2),
+            _ => None,
+        }
+    }
+
     /// Short label used in reports and config ("4K", "2M", ...).
     pub const fn label(self) -> &'static str {
         match self {

@@ -12,6 +12,7 @@
 //! `DESIGNS`. Nothing in `os/`, `mmu/`, `mem/` or `sim/` changes; if it has to, the interface is
 //! missing something every driver should have (docs/architecture.md).
 
+pub mod arm64;
 pub mod ecpt;
 pub mod fpt;
 pub mod nested;
@@ -37,6 +38,7 @@ macro_rules! registry {
             pomtlb => $crate::arch::pomtlb::PomTlb,
             rmm => $crate::arch::rmm::Rmm,
             utopia => $crate::arch::utopia::Utopia,
+            arm64 => $crate::arch::arm64::Arm64,
         }
     };
 }

@@ -138,7 +138,7 @@ impl Radix {
 
     /// Descends towards `va`, returning (node, level) of the deepest table reached and the entry
     /// there; counts one read per level.
-    fn descend(&self, s: &RadixSpace, va: u64, env: &mut TdbEnv) -> (u32, u8, u64) {
+    pub(super) fn descend(&self, s: &RadixSpace, va: u64, env: &mut TdbEnv) -> (u32, u8, u64) {
         let mut id = s.root;
         let mut level = self.levels;
         loop {
@@ -157,7 +157,7 @@ impl Radix {
     /// Visits every leaf of the subtree `id` (at `level`, covering VA from `base`) that starts in
     /// `[start, end)`, stepping entry by entry (EMT Fig. 8b's pointer-stepping iterator).
     #[allow(clippy::too_many_arguments)]
-    fn visit(&self, s: &RadixSpace, id: u32, level: u8, base: u64, start: u64, end: u64, env: &mut TdbEnv, f: &mut dyn FnMut(&TObj)) {
+    fn visit(&self, s: &RadixSpace, id: u32, level: u8, base: u64, start: u64, end: u64, env: &mut TdbEnv, f: &mut dyn FnMut(&TObj, u64)) {
         let shift = entry_shift(level);
         let span = 1u64 << shift;
         let n = s.node(id);
@@ -174,7 +174,7 @@ impl Radix {
             }
             if level == 1 || e & HUGE != 0 {
                 if va >= start {
-                    f(&decode(e, va, level_size(level)));
+                    f(&decode(e, va, level_size(level)), e);
                 }
             } else if va + span > start {
                 self.visit(s, n.child[i], level - 1, va, start, end, env, f);
@@ -213,8 +213,9 @@ impl Radix {
         true
     }
 
-    /// The table at `level` reached for `va` from the root without timing (checked mode).
-    fn table_at(&self, s: &RadixSpace, va: u64, level: u8) -> Option<u32> {
+    /// The table at `level` reached for `va` from the root without timing (checked mode, and
+    /// drivers built on this table that edit entries in place: arm64's contiguous bit).
+    pub(super) fn table_at(&self, s: &RadixSpace, va: u64, level: u8) -> Option<u32> {
         let mut id = s.root;
         let mut l = self.levels;
         while l > level {
@@ -227,6 +228,70 @@ impl Radix {
             l -= 1;
         }
         Some(id)
+    }
+
+    /// Like [`Tdb::for_each`], also passing each leaf's raw entry (its software and hint bits).
+    pub(super) fn for_each_entry(&self, s: &RadixSpace, start: u64, end: u64, env: &mut TdbEnv, f: &mut dyn FnMut(&TObj, u64)) {
+        if start < end {
+            self.visit(s, s.root, self.levels, 0, start, end, env, f);
+        }
+    }
+
+    /// The 512 entries of table `id`.
+    pub(super) fn entries<'s>(&self, s: &'s RadixSpace, id: u32) -> &'s [u64; 512] {
+        &s.node(id).pte
+    }
+
+    /// The 512 entries of table `id`, for in-place edits of bits the table itself does not
+    /// interpret (presence, addresses and the page-size bit must not change).
+    pub(super) fn entries_mut<'s>(&self, s: &'s mut RadixSpace, id: u32) -> &'s mut [u64; 512] {
+        &mut s.node_mut(id).pte
+    }
+
+    /// The hardware walk of [`Driver::walk`], also returning the raw leaf entry (so a driver built
+    /// on this table can read hint bits such as arm64's contiguous bit).
+    #[inline]
+    pub(super) fn walk_entry(
+        &mut self,
+        s: &mut RadixSpace,
+        wc: &mut RadixPwc,
+        asid: u16,
+        va: u64,
+        plan: &mut WalkPlan,
+    ) -> Option<(Translation, u64)> {
+        let mut id = s.root;
+        let mut level = self.levels;
+        // Probe every PWC in parallel; the deepest hit wins.
+        if let Some((l, child)) = wc.probe(asid, va, plan) {
+            if plan.checked && self.table_at(s, va, l - 1) != Some(child as u32) {
+                plan.violation = Some("stale page-walk-cache entry (table freed or remapped without shootdown)");
+            }
+            id = child as u32;
+            level = l - 1;
+        }
+        // References a walk without PWCs would issue: one per level down to the leaf.
+        let top = self.levels;
+        let mut step = 0u8;
+        loop {
+            let n = s.node(id);
+            let i = index(va, level);
+            plan.push(n.pfn.addr() + (i as u64) * 8, step, true);
+            step += 1;
+            let e = n.pte[i];
+            if e & PRESENT == 0 {
+                plan.unfiltered += (top - level + 1) as u32;
+                return None;
+            }
+            if level == 1 || e & HUGE != 0 {
+                plan.unfiltered += (top - level + 1) as u32;
+                let size = level_size(level);
+                return Some((Translation { pbase: e & ADDR_MASK & !size.offset_mask(), size }, e));
+            }
+            let child = n.child[i];
+            wc.fill(asid, level, va, child as u64);
+            id = child;
+            level -= 1;
+        }
     }
 }
 
@@ -344,9 +409,7 @@ impl Tdb for Radix {
     }
 
     fn for_each(&mut self, s: &mut RadixSpace, start: u64, end: u64, env: &mut TdbEnv, f: &mut dyn FnMut(&TObj)) {
-        if start < end {
-            self.visit(s, s.root, self.levels, 0, start, end, env, f);
-        }
+        self.for_each_entry(s, start, end, env, &mut |o, _| f(o));
     }
 
     fn range_is_empty(&mut self, s: &mut RadixSpace, start: u64, end: u64, env: &mut TdbEnv) -> bool {
@@ -426,39 +489,7 @@ impl Driver for Radix {
 
     #[inline]
     fn walk(&mut self, s: &mut RadixSpace, wc: &mut RadixPwc, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
-        let mut id = s.root;
-        let mut level = self.levels;
-        // Probe every PWC in parallel; the deepest hit wins.
-        if let Some((l, child)) = wc.probe(asid, va, plan) {
-            if plan.checked && self.table_at(s, va, l - 1) != Some(child as u32) {
-                plan.violation = Some("stale page-walk-cache entry (table freed or remapped without shootdown)");
-            }
-            id = child as u32;
-            level = l - 1;
-        }
-        // References a walk without PWCs would issue: one per level down to the leaf.
-        let top = self.levels;
-        let mut step = 0u8;
-        loop {
-            let n = s.node(id);
-            let i = index(va, level);
-            plan.push(n.pfn.addr() + (i as u64) * 8, step, true);
-            step += 1;
-            let e = n.pte[i];
-            if e & PRESENT == 0 {
-                plan.unfiltered += (top - level + 1) as u32;
-                return None;
-            }
-            if level == 1 || e & HUGE != 0 {
-                plan.unfiltered += (top - level + 1) as u32;
-                let size = level_size(level);
-                return Some(Translation { pbase: e & ADDR_MASK & !size.offset_mask(), size });
-            }
-            let child = n.child[i];
-            wc.fill(asid, level, va, child as u64);
-            id = child;
-            level -= 1;
-        }
+        self.walk_entry(s, wc, asid, va, plan).map(|(t, _)| t)
     }
 
     fn invalidate_walk_cache(&self, wc: &mut RadixPwc, asid: u16, start: u64, end: u64) {

@@ -211,6 +211,11 @@ pub static PRESETS: &[Preset] = &[
         description: "ChampSim's default TLBs and page-structure caches",
         toml: include_str!("presets/champsim.toml"),
     },
+    Preset {
+        name: "altra",
+        description: "Ampere Altra / Neoverse N1 (Elastic Translations' machine): 48-entry L1 and 1280-entry L2 TLBs holding 64K/32M",
+        toml: include_str!("presets/altra.toml"),
+    },
 ];
 
 /// Finds a preset.

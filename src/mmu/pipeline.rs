@@ -134,8 +134,9 @@ impl<D: Driver> CoreMmu<D> {
     #[inline]
     fn fill_l1(&mut self, asid: u16, va: u64, t: Translation, fetch: bool, pieces: bool) {
         let l1s = if fetch { std::slice::from_mut(&mut self.tlbs.l1i) } else { &mut self.tlbs.l1d[..] };
-        if let Some(l1) = l1s.iter_mut().find(|l| l.holds(t.size)) {
-            l1.insert(asid, va, t);
+        // The L1 holding the size, else one caching its entry size (a contiguous group's piece).
+        if let Some(i) = l1s.iter().position(|l| l.holds(t.size)).or_else(|| l1s.iter().position(|l| l.takes(t.size))) {
+            l1s[i].insert(asid, va, t);
         } else if pieces {
             let piece = PageSize::ALL.iter().rev().copied().find(|&s| s < t.size && l1s.iter().any(|l| l.holds(s)));
             if let Some(piece) = piece {

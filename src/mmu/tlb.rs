@@ -93,6 +93,13 @@ impl Tlb {
         self.sizes[..self.nsizes].contains(&size)
     }
 
+    /// Whether [`Tlb::insert`] caches something for a translation of `size`: the size itself, or
+    /// the entry size of a contiguous group.
+    #[inline]
+    pub fn takes(&self, size: PageSize) -> bool {
+        self.holds(size) || size.descriptor().is_some_and(|d| self.holds(d))
+    }
+
     /// Looks `va` up in every size it holds.
     #[inline]
     pub fn lookup(&mut self, asid: u16, va: u64) -> Option<Translation> {
@@ -107,13 +114,20 @@ impl Tlb {
         None
     }
 
-    /// Fills a translation of a size it holds (ignored otherwise). The caller must have just missed
-    /// on `va` in this TLB.
+    /// Fills a translation of a size it holds, or the covering piece of a contiguous translation
+    /// whose entry size it holds (ignored otherwise). The caller must have just missed on `va`.
     #[inline]
     pub fn insert(&mut self, asid: u16, va: u64, t: Translation) {
-        if !self.holds(t.size) {
-            return;
-        }
+        let t = if self.holds(t.size) {
+            t
+        } else {
+            // The contiguous bit is a hint (ARM ARM D8.6.1): a TLB without that size caches the
+            // entry the walk read, i.e. the piece of the group covering `va`.
+            match t.size.descriptor() {
+                Some(piece) if self.holds(piece) => Translation { pbase: t.paddr(va) & !piece.offset_mask(), size: piece },
+                _ => return,
+            }
+        };
         let vpn = va >> t.size.shift();
         let set = (vpn & self.set_mask) as usize;
         let tg = tag(vpn, asid, t.size);

@@ -86,6 +86,9 @@ pub struct OsStats {
     pub shootdowns: u64,
     /// Walk-cache-only shootdowns for ranges the driver reported stale (included in `shootdowns`).
     pub walk_cache_shootdowns: u64,
+    /// TLB shootdowns of ranges the driver's own rewrites made stale (arm64 break-before-make;
+    /// included in `shootdowns`).
+    pub driver_shootdowns: u64,
     /// Physically contiguous runs eager paging mapped (one `map_range` each).
     pub eager_runs: u64,
     /// Bytes eager paging mapped.
@@ -246,12 +249,24 @@ impl<D: Driver> Os<D> {
         let prev = self.cost.enter(func);
         let p = &mut self.procs[asid as usize];
         let r = f(&mut self.driver, &mut p.space, &mut TdbEnv { phys: &mut self.phys, cost: &mut self.cost });
-        self.driver.take_stale_walk_caches(&mut self.stale_wc);
-        for (start, end) in std::mem::take(&mut self.stale_wc) {
-            self.cost.add_to(Func::Shootdown, Event::Call, 1);
-            self.stats.shootdowns += 1;
-            self.stats.walk_cache_shootdowns += 1;
-            self.pending.push(Shootdown { asid, start, end, tlb: false });
+        // Ranges the driver reports stale: walk caches only (ECPT's moved clusters), or TLBs too
+        // (arm64's break-before-make).
+        for tlb in [false, true] {
+            if tlb {
+                self.driver.take_stale_translations(&mut self.stale_wc);
+            } else {
+                self.driver.take_stale_walk_caches(&mut self.stale_wc);
+            }
+            for (start, end) in std::mem::take(&mut self.stale_wc) {
+                self.cost.add_to(Func::Shootdown, Event::Call, 1);
+                self.stats.shootdowns += 1;
+                if tlb {
+                    self.stats.driver_shootdowns += 1;
+                } else {
+                    self.stats.walk_cache_shootdowns += 1;
+                }
+                self.pending.push(Shootdown { asid, start, end, tlb });
+            }
         }
         self.cost.leave(prev);
         r

@@ -113,6 +113,12 @@ pub trait Tdb {
     /// walk-table header that cuckoo walk caches may hold. The OS invalidates each range in every
     /// core's walk caches (not the TLBs: translations did not change) and counts a shootdown.
     fn take_stale_walk_caches(&mut self, _out: &mut Vec<(u64, u64)>) {}
+
+    /// Translations the driver's own rewrites made stale since the last call, as `[start, end)`
+    /// VA ranges of the space those calls changed (customizable; default none): arm64's
+    /// break-before-make, which invalidates a whole contiguous group when one member changes. The
+    /// OS shoots each range down (TLBs and walk caches) and counts a shootdown.
+    fn take_stale_translations(&mut self, _out: &mut Vec<(u64, u64)>) {}
 }
 
 /// The generic range mapping, built on `update` only: one insertion per page.
