@@ -10,6 +10,7 @@ pub mod eager;
 mod fault;
 mod host;
 mod khugepaged;
+pub mod leshy;
 pub mod phys;
 mod placement;
 pub mod policy;
