@@ -2,7 +2,7 @@
 //! free-2 MiB knob, plus the indices they target (see the module documentation of [`super`]).
 
 use super::bits::*;
-use super::PhysMem;
+use super::{Class, PhysMem};
 use crate::addr::{PageSize, BASE_PAGE};
 use crate::rng::Rng;
 
@@ -65,7 +65,7 @@ impl PhysMem {
         // 1. Populate: all free frames become the fragmenter's order-0 pages.
         let mut held = vec![0u64; words_for(self.total)];
         for k in 0..=top {
-            for idx in self.free[k as usize].ones() {
+            for idx in self.free_ones(k) {
                 range_set(&mut held, idx << k, 1 << k);
             }
         }
@@ -75,7 +75,17 @@ impl PhysMem {
         for t in self.free.iter_mut() {
             t.clear_all();
         }
+        if self.tail_total > 0 {
+            // Without tail blocks the tail bitmaps are already empty (bar harmless stale summary
+            // bits) and clearing them would only make the OS commit their pages.
+            for t in self.tail.iter_mut() {
+                t.clear_all();
+            }
+        }
         self.counts.fill(0);
+        self.tail_counts.fill(0);
+        self.tail_total = 0;
+        self.unmerged = false; // every frame is held now; releases merge fully
         self.fragmenter += self.free_pages;
         self.free_pages = 0;
 
@@ -181,7 +191,7 @@ impl PhysMem {
         let fraction = if fraction.is_nan() { 0.0 } else { fraction.clamp(0.0, 1.0) };
         let mut candidates: Vec<u64> = Vec::new();
         for k in o..=top {
-            for idx in self.free[k as usize].ones() {
+            for idx in self.free_ones(k) {
                 let start = idx << k;
                 candidates.extend((0..1u64 << (k - o)).map(|i| start + (i << o)));
             }
@@ -196,7 +206,7 @@ impl PhysMem {
         }
         for &start in &candidates[..want] {
             let p = start + rng.below(1 << o);
-            if self.take_block(p, 0) {
+            if self.take_block(p, 0, Class::Normal) {
                 bit_set(&mut self.heads[0], p);
                 self.fragmenter += 1;
             }

@@ -8,9 +8,12 @@
 //! Orders `0..max_order` have one *free bitmap* each (bit `i` of order `k` set = the block
 //! `[i << k, (i + 1) << k)` is a free block of exactly order `k`), kept as a 64-ary summary tree so
 //! "lowest free block of order k" and "next free block at or after x" cost a handful of word reads.
-//! A second bitmap per order marks the *heads of allocated blocks*, so [`PhysMem::free`] can prove that
-//! the block being freed was allocated with exactly that order before touching anything. Together
-//! the bitmaps cost about half a byte per 4 KiB frame (32 MiB for 256 GiB). Allocations larger than
+//! A second bitmap of the same shape per order holds the *tail-class* free blocks (see "Tail
+//! insertion" below); a free block is in exactly one of the two. A third bitmap per order marks the
+//! *heads of allocated blocks*, so [`PhysMem::free`] can prove that the block being freed was allocated
+//! with exactly that order before touching anything. Together the bitmaps cost about three quarters
+//! of a byte per 4 KiB frame (48 MiB for 256 GiB), of which the tail bitmaps' third is zero-filled
+//! on demand by the OS and stays untouched until something inserts at the tail. Allocations larger than
 //! the largest buddy order (a 1 GiB page with `max_order` 14) and boot-time reservations of arbitrary
 //! length are rare and live in two small ordered maps.
 //!
@@ -25,6 +28,39 @@
 //! a property of the knobs below rather than of allocator noise. On a freshly booted machine both
 //! policies hand out ascending, physically adjacent frames (splitting keeps the lower half), so the
 //! physical contiguity a workload sees "by accident" is similar.
+//!
+//! # Tail insertion
+//! Linux can add a free block at the *tail* of its order's free list instead of the head, so that
+//! ordinary allocations, which pop the head, reach it last. Elastic Translations' CoalaPaging relies on
+//! this: when it carves one frame (or one 2 MiB block) out of a larger free block for a 64 KiB or
+//! 32 MiB group, the remainders go to the tail, where they wait for the group's later faults instead
+//! of being handed to unrelated allocations. An address-ordered allocator has no list ends, so we
+//! model the tail as a second *class* of free block per order, with its own summary-tree bitmap:
+//! * [`PhysMem::alloc`] takes the lowest *normal* block of the smallest order that has one, and falls
+//!   back to the tail class (lowest tail block of the smallest order) only when no normal block of any
+//!   sufficient order is left. "Taken last" thus means after all normal memory, not merely after the
+//!   normal blocks of the same order: splitting a larger normal block is preferred to consuming a
+//!   remainder another group is waiting for.
+//! * Only the targeted allocations put blocks in the tail class: the remainders of
+//!   [`PhysMem::alloc_exact`] and [`PhysMem::alloc_in_group`]. Splits by [`PhysMem::alloc`],
+//!   [`PhysMem::alloc_at`], reservations and the fragmenters put their remainders in the normal class
+//!   even when they split a tail block, as Linux's `expand()` adds split remainders at the head.
+//! * A freed block is normal, and a block that merges with its free buddy (of either class) becomes
+//!   a normal block: once merged it is no longer a remainder of a partly used group.
+//! * Everything that asks *whether* memory is free ([`PhysMem::free_blocks`], [`PhysMem::buddyinfo`],
+//!   [`PhysMem::fmfi`], [`PhysMem::free_pages_at_least`], [`PhysMem::free_runs`], [`PhysMem::is_free`],
+//!   reservations, the fragmenters) sees both classes alike. [`PhysMem::tail_blocks`] counts the tail
+//!   class alone.
+//!
+//! Remainders of a split are always smaller than the block split, so the largest order never holds
+//! tail blocks. With no tail blocks the allocator behaves exactly as it did before the class existed.
+//!
+//! # Top-up of an order's free list
+//! [`PhysMem::topup`] reproduces CoalaPaging's order-9 top-up: when few blocks of an order are free,
+//! split one larger block the way Linux's `expand()` does, leaving the two lowest pieces as *unmerged
+//! free buddies*. This is the only way two free buddies coexist (Linux tolerates it too); they merge as
+//! soon as either is allocated and freed again, and [`PhysMem::alloc_at`] and reservations take a
+//! range that such buddies tile just as if it were one free block.
 //!
 //! # Orders
 //! As in Linux, `max_order` is one more than the largest buddy order: with the default 14 the
@@ -68,11 +104,21 @@ pub struct PhysMem {
     total: u64,
     /// One more than the largest buddy order (Linux's MAX_ORDER convention).
     max_order: u32,
-    /// Free bitmap per order `0..max_order`.
+    /// Normal-class free bitmap per order `0..max_order`.
     free: Vec<BitTree>,
-    /// Free blocks per order (popcount of `free[k]`, kept so statistics are O(orders)).
+    /// Tail-class free bitmap per order `0..max_order`, disjoint from `free` (module docs).
+    tail: Vec<BitTree>,
+    /// Normal-class free blocks per order (popcount of `free[k]`, kept so statistics are O(orders)).
     counts: Vec<u64>,
-    /// Sum of `counts[k] << k`.
+    /// Tail-class free blocks per order (popcount of `tail[k]`).
+    tail_counts: Vec<u64>,
+    /// Sum of `tail_counts`. Zero unless targeted allocations ran, which lets the hot paths (the merge
+    /// loop of `free`, `alloc`) skip the tail bitmaps entirely.
+    tail_total: u64,
+    /// Set by `topup`, the only operation that leaves free buddies unmerged; until then (and again
+    /// after `fragment_fmfi` rebuilt the free lists) `check_invariants` forbids free buddies outright.
+    unmerged: bool,
+    /// Sum of `(counts[k] + tail_counts[k]) << k`.
     free_pages: u64,
     /// Allocated-block heads per order: bit `i` of order `k` = block `i` of order `k` is allocated
     /// as one unit by `alloc`/`alloc_at`.
@@ -83,6 +129,15 @@ pub struct PhysMem {
     reserved: BTreeMap<u64, u64>,
     /// Order-0 pages held by the fragmenter knobs.
     fragmenter: u64,
+}
+
+/// The two classes of free block (module docs, "Tail insertion").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    /// Taken by [`PhysMem::alloc`] first: everything freed, merged or split by ordinary allocation.
+    Normal,
+    /// Remainders of targeted allocations, taken only once no normal block fits.
+    Tail,
 }
 
 /// The translation API's view of physical memory: drivers allocate their tables here.
@@ -113,7 +168,11 @@ impl PhysMem {
             total,
             max_order,
             free: (0..max_order).map(|k| BitTree::new(total >> k)).collect(),
+            tail: (0..max_order).map(|k| BitTree::new(total >> k)).collect(),
             counts: vec![0; max_order as usize],
+            tail_counts: vec![0; max_order as usize],
+            tail_total: 0,
+            unmerged: false,
             free_pages: 0,
             heads: (0..max_order).map(|k| vec![0u64; words_for(total >> k)]).collect(),
             big: BTreeMap::new(),
@@ -163,8 +222,8 @@ impl PhysMem {
         self.max_order - 1
     }
 
-    /// Adds one block to the order-`k` free list without coalescing (callers guarantee its buddy
-    /// is not free). Callers keep `free_pages` right: a split or merge chain moves many blocks
+    /// Adds one block to the order-`k` normal free list without coalescing (callers guarantee its
+    /// buddy is not free). Callers keep `free_pages` right: a split or merge chain moves many blocks
     /// between lists but changes the free total once.
     #[inline]
     fn list_add(&mut self, pfn: u64, k: u32) {
@@ -172,15 +231,78 @@ impl PhysMem {
         self.counts[k as usize] += 1;
     }
 
-    /// Removes one block from the order-`k` free list (see [`PhysMem::list_add`]).
+    /// Removes one block from the order-`k` normal free list (see [`PhysMem::list_add`]).
     #[inline]
     fn list_remove(&mut self, pfn: u64, k: u32) {
         self.free[k as usize].clear(pfn >> k);
         self.counts[k as usize] -= 1;
     }
 
+    /// [`PhysMem::list_add`] into either class.
+    #[inline]
+    fn list_add_in(&mut self, pfn: u64, k: u32, class: Class) {
+        match class {
+            Class::Normal => self.list_add(pfn, k),
+            Class::Tail => {
+                self.tail[k as usize].set(pfn >> k);
+                self.tail_counts[k as usize] += 1;
+                self.tail_total += 1;
+            }
+        }
+    }
+
+    /// [`PhysMem::list_remove`] from either class.
+    #[inline]
+    fn list_remove_in(&mut self, pfn: u64, k: u32, class: Class) {
+        match class {
+            Class::Normal => self.list_remove(pfn, k),
+            Class::Tail => {
+                self.tail[k as usize].clear(pfn >> k);
+                self.tail_counts[k as usize] -= 1;
+                self.tail_total -= 1;
+            }
+        }
+    }
+
+    /// The class of free block `idx` of order `k`, None if it is not a free block. The tail bitmap is
+    /// read only while tail blocks exist, so runs without them pay one word read as before.
+    #[inline]
+    fn free_class(&self, idx: u64, k: u32) -> Option<Class> {
+        if self.free[k as usize].test(idx) {
+            Some(Class::Normal)
+        } else if self.tail_total > 0 && self.tail[k as usize].test(idx) {
+            Some(Class::Tail)
+        } else {
+            None
+        }
+    }
+
+    /// The free-block bitmap of order `k` and `class`.
+    #[inline]
+    fn tree_mut(&mut self, k: u32, class: Class) -> &mut BitTree {
+        match class {
+            Class::Normal => &mut self.free[k as usize],
+            Class::Tail => &mut self.tail[k as usize],
+        }
+    }
+
+    /// Free blocks of order `k`, both classes, ascending (fragmenters and checks; not a hot path).
+    fn free_ones(&self, k: u32) -> impl Iterator<Item = u64> + '_ {
+        let ku = k as usize;
+        // Merge the two ascending streams. The tail stream stops after its last block, so with no
+        // tail blocks it never reads the tail bitmap (whose pages the OS has not even mapped yet).
+        let mut a = self.free[ku].ones().peekable();
+        let mut b = self.tail[ku].ones().take(self.tail_counts[ku] as usize).peekable();
+        std::iter::from_fn(move || match (a.peek(), b.peek()) {
+            (Some(&x), Some(&y)) if y < x => b.next(),
+            (Some(_), _) => a.next(),
+            (None, _) => b.next(),
+        })
+    }
+
     /// Returns the aligned block `[pfn, pfn + 2^k)` (k ≤ top) to the free lists, merging with free
-    /// buddies as far as the largest order.
+    /// buddies of either class as far as the largest order. The result is a normal block: a merged
+    /// block is no longer a remainder waiting for its group.
     #[inline]
     fn insert_free(&mut self, pfn: u64, k: u32) {
         let top = self.top();
@@ -189,30 +311,37 @@ impl PhysMem {
         let mut k = k;
         while k < top {
             let buddy = (p >> k) ^ 1;
-            if !self.free[k as usize].test(buddy) {
+            let Some(class) = self.free_class(buddy, k) else {
                 break;
-            }
-            self.list_remove(buddy << k, k);
+            };
+            self.list_remove_in(buddy << k, k, class);
             p &= !(1u64 << k);
             k += 1;
         }
         self.list_add(p, k);
     }
 
-    /// The free block containing `pfn`, as (first pfn, order).
-    fn free_block_at(&self, pfn: u64) -> Option<(u64, u32)> {
+    /// The free block containing `pfn` whose order is at least `from`, as (first pfn, order, class).
+    fn block_at(&self, pfn: u64, from: u32) -> Option<(u64, u32, Class)> {
         if pfn >= self.total {
             return None;
         }
-        (0..=self.top()).find_map(|k| self.free[k as usize].test(pfn >> k).then_some(((pfn >> k) << k, k)))
+        (from..=self.top()).find_map(|k| self.free_class(pfn >> k, k).map(|c| ((pfn >> k) << k, k, c)))
     }
 
-    /// The lowest free block starting at or after `pfn`.
+    /// The free block containing `pfn`, as (first pfn, order).
+    fn free_block_at(&self, pfn: u64) -> Option<(u64, u32)> {
+        self.block_at(pfn, 0).map(|(s, k, _)| (s, k))
+    }
+
+    /// The lowest free block (either class) starting at or after `pfn`.
     fn next_free_block(&self, pfn: u64) -> Option<(u64, u32)> {
         let mut best: Option<(u64, u32)> = None;
         for k in 0..=self.top() {
             let from = pfn.div_ceil(1 << k);
-            if let Some(i) = self.free[k as usize].next_set(from) {
+            let normal = self.free[k as usize].next_set(from);
+            let tail = if self.tail_counts[k as usize] > 0 { self.tail[k as usize].next_set(from) } else { None };
+            if let Some(i) = normal.into_iter().chain(tail).min() {
                 let start = i << k;
                 if best.is_none_or(|(b, _)| start < b) {
                     best = Some((start, k));
@@ -222,39 +351,81 @@ impl PhysMem {
         best
     }
 
-    /// Removes the aligned block `[pfn, pfn + 2^k)` (k ≤ top) from the free lists if it is entirely
-    /// free, splitting the free block that contains it; false (and no change) otherwise. Because free
-    /// buddies are always merged, an entirely free aligned block always lies inside one free block.
-    fn take_block(&mut self, pfn: u64, k: u32) -> bool {
-        let Some((start, j)) = (k..=self.top()).find_map(|j| self.free[j as usize].test(pfn >> j).then_some(((pfn >> j) << j, j))) else {
-            return false;
-        };
-        self.list_remove(start, j);
+    /// Removes the free block `[start, start + 2^j)` of `class` and splits it down to the aligned
+    /// block `[pfn, pfn + 2^k)` inside it, which leaves the free lists; the halves that do not hold
+    /// `pfn` stay free in class `rest`.
+    #[inline]
+    fn split_out(&mut self, start: u64, j: u32, class: Class, pfn: u64, k: u32, rest: Class) {
+        self.list_remove_in(start, j, class);
         for s in (k..j).rev() {
-            // The half of the order-(s+1) block that does not hold `pfn` stays free.
-            self.list_add(((pfn >> s) ^ 1) << s, s);
+            self.list_add_in(((pfn >> s) ^ 1) << s, s, rest);
+        }
+        self.free_pages -= 1 << k;
+    }
+
+    /// Removes the aligned block `[pfn, pfn + 2^k)` (k ≤ top, inside memory) from the free lists if it
+    /// is entirely free, splitting the free block that contains it and leaving the remainders in class
+    /// `rest`; false (and no change) otherwise. Since free buddies are merged, an entirely free aligned
+    /// block lies inside one free block, except where [`PhysMem::topup`] left unmerged buddies: then
+    /// the block is tiled by smaller free blocks, which are all taken.
+    fn take_block(&mut self, pfn: u64, k: u32, rest: Class) -> bool {
+        if let Some((start, j, class)) = self.block_at(pfn, k) {
+            self.split_out(start, j, class, pfn, k, rest);
+            return true;
+        }
+        // Tiled case. A free block meeting the range but not containing all of it is smaller than
+        // 2^k and aligned, so it starts where the previous one ended: walk them. With merged buddies
+        // the free prefix of the range is at most k blocks, so a refusal stays cheap.
+        let end = pfn + (1 << k);
+        let mut p = pfn;
+        while p < end {
+            let Some((_, j, _)) = self.block_at(p, 0) else {
+                return false;
+            };
+            p += 1 << j;
+        }
+        let mut p = pfn;
+        while p < end {
+            let Some((s, j, class)) = self.block_at(p, 0) else {
+                break; // cannot happen: the walk above found every piece
+            };
+            self.list_remove_in(s, j, class);
+            p += 1 << j;
         }
         self.free_pages -= 1 << k;
         true
     }
 
-    /// Allocates a naturally aligned block of 2^`order` frames: the lowest-addressed free block of
-    /// the smallest order ≥ `order` that has one, split as needed (lower half kept, upper halves
-    /// freed). Orders above [`PhysMem::largest_order`] take the lowest aligned run of free
-    /// largest-order blocks. None when nothing fits.
+    /// The smallest order ≥ `order` holding a normal free block, else the smallest holding a tail
+    /// block (the class rule of [`PhysMem::alloc`]).
+    #[inline]
+    fn smallest_free_order(&self, order: u32) -> Option<(u32, Class)> {
+        let o = order as usize;
+        if let Some(d) = self.counts.get(o..)?.iter().position(|&c| c > 0) {
+            return Some((order + d as u32, Class::Normal));
+        }
+        if self.tail_total == 0 {
+            return None;
+        }
+        let d = self.tail_counts.get(o..)?.iter().position(|&c| c > 0)?;
+        Some((order + d as u32, Class::Tail))
+    }
+
+    /// Allocates a naturally aligned block of 2^`order` frames: the lowest-addressed free normal block
+    /// of the smallest order ≥ `order` that has one, split as needed (lower half kept, upper halves
+    /// freed as normal blocks). Only when no normal block of a sufficient order is left does it take
+    /// the lowest tail block of the smallest such order (module docs, "Tail insertion"). Orders above
+    /// [`PhysMem::largest_order`] take the lowest aligned run of free largest-order blocks. None when
+    /// nothing fits.
     pub fn alloc(&mut self, order: u32) -> Option<Pfn> {
         let top = self.top();
         if order > top {
             return self.alloc_big(order);
         }
-        let j = order + self.counts[order as usize..].iter().position(|&c| c > 0)? as u32;
-        let idx = self.free[j as usize].first_mut()?;
+        let (j, class) = self.smallest_free_order(order)?;
+        let idx = self.tree_mut(j, class).first_mut()?;
         let pfn = idx << j;
-        self.list_remove(pfn, j);
-        for s in (order..j).rev() {
-            self.list_add(pfn + (1 << s), s);
-        }
-        self.free_pages -= 1 << order;
+        self.split_out(pfn, j, class, pfn, order, Class::Normal);
         bit_set(&mut self.heads[order as usize], pfn >> order);
         Some(Pfn(pfn))
     }
@@ -315,6 +486,21 @@ impl PhysMem {
     /// no change, if any part is in use or the block is misaligned or outside memory. Free it with
     /// [`PhysMem::free`] and the same order.
     pub fn alloc_at(&mut self, pfn: Pfn, order: u32) -> bool {
+        self.alloc_at_in(pfn, order, Class::Normal)
+    }
+
+    /// CoalaPaging's targeted allocation (Elastic Translations §2.1 step 2): allocates exactly the
+    /// naturally aligned block `[pfn, pfn + 2^order)` if it is entirely free, like
+    /// [`PhysMem::alloc_at`], but the remainders of splitting the free block that contains it go to
+    /// the tail class, so they stay free for the rest of the group being built. False, with no change,
+    /// if any part is in use or the block is misaligned or outside memory. Free it with
+    /// [`PhysMem::free`] and the same order.
+    pub fn alloc_exact(&mut self, pfn: Pfn, order: u32) -> bool {
+        self.alloc_at_in(pfn, order, Class::Tail)
+    }
+
+    /// [`PhysMem::alloc_at`] with the split remainders in class `rest`.
+    fn alloc_at_in(&mut self, pfn: Pfn, order: u32, rest: Class) -> bool {
         let p = pfn.0;
         if self.check_block(p, order).is_err() {
             return false;
@@ -326,10 +512,72 @@ impl PhysMem {
             self.carve_big(p, order);
             return true;
         }
-        if !self.take_block(p, order) {
+        if !self.take_block(p, order, rest) {
             return false;
         }
         bit_set(&mut self.heads[order as usize], p >> order);
+        true
+    }
+
+    /// CoalaPaging's allocation for a group none of whose frames is placed yet (Elastic Translations
+    /// §2.1 step 3, §2.2 step 3). Picks a free block of order ≥ `order + group_order` — the class rule
+    /// of [`PhysMem::alloc`]: lowest normal block of the smallest order that has one, else lowest
+    /// tail block of the smallest order — and allocates from it the order-`order` block at index
+    /// `offset` of its first aligned 2^(`order` + `group_order`) frames; every remainder of the split
+    /// goes to the tail class, so the rest of the group stays free for the group's later faults. With
+    /// `exact_block_order` only blocks of exactly `order + group_order` qualify (the 32 MiB path
+    /// takes an order-13 block or nothing). None, with no change, if no block qualifies, if
+    /// `offset` ≥ 2^`group_order`, or if `order + group_order` exceeds [`PhysMem::largest_order`].
+    /// For a 64 KiB group: `(0, 4, va_index % 16, false)`; for 32 MiB: `(9, 4, i, true)`. Free the
+    /// result with [`PhysMem::free`] and `order`.
+    pub fn alloc_in_group(&mut self, order: u32, group_order: u32, offset: u64, exact_block_order: bool) -> Option<Pfn> {
+        let g = order.checked_add(group_order).filter(|&g| g <= self.top())?;
+        if offset >> group_order != 0 {
+            return None;
+        }
+        let (j, class) = if exact_block_order {
+            let gu = g as usize;
+            match (self.counts[gu], self.tail_counts[gu]) {
+                (0, 0) => return None,
+                (0, _) => (g, Class::Tail),
+                _ => (g, Class::Normal),
+            }
+        } else {
+            self.smallest_free_order(g)?
+        };
+        let start = self.tree_mut(j, class).first_mut()? << j;
+        let pfn = start + (offset << order);
+        self.split_out(start, j, class, pfn, order, Class::Tail);
+        bit_set(&mut self.heads[order as usize], pfn >> order);
+        Some(Pfn(pfn))
+    }
+
+    /// CoalaPaging's top-up of an order's free list (Elastic Translations §2.2, `hpmd_order_topup`):
+    /// if at most `low` blocks of `order` are free (both classes), take the smallest order above
+    /// `order` holding more than `min_source` free blocks, and split its lowest block (normal before
+    /// tail) as Linux's `expand()` does: one normal block of each order between, plus the two lowest
+    /// order-`order` pieces as unmerged free buddies (module docs, "Top-up"). For the 2 MiB list:
+    /// `topup(9, 32, 32)`. Returns whether it split; no frame changes hands either way.
+    pub fn topup(&mut self, order: u32, low: u64, min_source: u64) -> bool {
+        let top = self.top();
+        if order >= top || self.free_blocks(order) > low {
+            return false;
+        }
+        let Some(j) = (order + 1..=top).find(|&j| self.free_blocks(j) > min_source) else {
+            return false;
+        };
+        let class = if self.counts[j as usize] > 0 { Class::Normal } else { Class::Tail };
+        let Some(idx) = self.tree_mut(j, class).first_mut() else {
+            return false;
+        };
+        let start = idx << j;
+        self.list_remove_in(start, j, class);
+        for s in (order..j).rev() {
+            self.list_add(start + (1 << s), s);
+        }
+        // The lowest piece's buddy (start + 2^order) was just added: the two stay unmerged.
+        self.list_add(start, order);
+        self.unmerged = true;
         true
     }
 
@@ -361,7 +609,7 @@ impl PhysMem {
             pos = run_end;
         };
         self.for_aligned_blocks(start, pages, |m, p, k| {
-            let took = m.take_block(p, k);
+            let took = m.take_block(p, k, Class::Normal);
             debug_assert!(took, "range was checked free");
         });
         self.reserved.insert(start, pages);
@@ -395,10 +643,12 @@ impl PhysMem {
         }
     }
 
-    /// Frees a block previously allocated (by [`PhysMem::alloc`] or [`PhysMem::alloc_at`]) with the
-    /// same order, merging it with free buddies up to the largest order. Freeing anything else —
-    /// a free page (double free), a block allocated with another order, a page inside a reservation,
-    /// a misaligned or out-of-range block — is a simulator bug: Err describes it and nothing changes.
+    /// Frees a block previously allocated (by [`PhysMem::alloc`], [`PhysMem::alloc_at`],
+    /// [`PhysMem::alloc_exact`] or [`PhysMem::alloc_in_group`]) with the same order, merging it with
+    /// free buddies of either class up to the largest order; the result is a normal free block.
+    /// Freeing anything else — a free page (double free), a block allocated with another order, a
+    /// page inside a reservation, a misaligned or out-of-range block — is a simulator bug: Err
+    /// describes it and nothing changes.
     pub fn free(&mut self, pfn: Pfn, order: u32) -> Result<(), String> {
         let p = pfn.0;
         self.check_block(p, order).map_err(|e| format!("free of order-{order} block at pfn {p:#x}: {e}"))?;
@@ -474,57 +724,91 @@ impl PhysMem {
         self.free_block_at(pfn.0).is_some()
     }
 
-    /// Number of free blocks of exactly `order` in the free lists (0 above the largest order).
+    /// Number of free blocks of exactly `order` in the free lists, both classes (0 above the
+    /// largest order).
     pub fn free_blocks(&self, order: u32) -> u64 {
-        self.counts.get(order as usize).copied().unwrap_or(0)
+        let o = order as usize;
+        self.counts.get(o).copied().unwrap_or(0) + self.tail_counts.get(o).copied().unwrap_or(0)
+    }
+
+    /// Number of those [`PhysMem::free_blocks`] of `order` that are in the tail class.
+    pub fn tail_blocks(&self, order: u32) -> u64 {
+        self.tail_counts.get(order as usize).copied().unwrap_or(0)
     }
 
     /// Free frames that lie in free blocks of order ≥ `order`.
     pub fn free_pages_at_least(&self, order: u32) -> u64 {
-        self.counts.iter().enumerate().skip(order as usize).map(|(k, &c)| c << k).sum()
+        self.counts.iter().zip(&self.tail_counts).enumerate().skip(order as usize).map(|(k, (&c, &t))| (c + t) << k).sum()
     }
 
-    /// Free blocks per order `0..max_order`, like one row of `/proc/buddyinfo`.
+    /// Free blocks per order `0..max_order`, both classes, like one row of `/proc/buddyinfo`.
     pub fn buddyinfo(&self) -> Vec<u64> {
-        self.counts.clone()
+        self.counts.iter().zip(&self.tail_counts).map(|(&c, &t)| c + t).collect()
     }
 
-    /// Free blocks of exactly `order`, ascending (tests compare whole free lists with it).
+    /// Free blocks of exactly `order`, both classes, ascending (tests compare whole free lists).
     #[cfg(test)]
     fn free_list(&self, order: u32) -> Vec<u64> {
-        self.free.get(order as usize).map(|t| t.ones().map(|i| i << order).collect()).unwrap_or_default()
+        if order >= self.max_order {
+            return Vec::new();
+        }
+        self.free_ones(order).map(|i| i << order).collect()
     }
 
-    /// Checks every invariant: bitmaps well formed, block counts and `free_pages` consistent, no two
-    /// free buddies below the largest order, free blocks and allocated blocks (buddy, large and
-    /// reserved) pairwise disjoint and inside memory, and every frame either free or allocated.
-    /// Err describes the first violation. Costs a pass over all bitmaps (tests and checked mode).
+    /// Tail-class free blocks of exactly `order`, ascending.
+    #[cfg(test)]
+    fn tail_list(&self, order: u32) -> Vec<u64> {
+        self.tail.get(order as usize).map(|t| t.ones().map(|i| i << order).collect()).unwrap_or_default()
+    }
+
+    /// Checks every invariant: bitmaps well formed, block counts (per class) and `free_pages`
+    /// consistent, every free block in exactly one class and no tail block of the largest order, no
+    /// two free buddies below the largest order (except normal pairs after [`PhysMem::topup`]), free
+    /// blocks and allocated blocks (buddy, large and reserved) pairwise disjoint and inside memory,
+    /// and every frame either free or allocated. Err describes the first violation. Costs a pass over
+    /// all bitmaps (tests and checked mode).
     pub fn check_invariants(&self) -> Result<(), String> {
         let top = self.top();
         let mut free_sum = 0u64;
         let mut alloc_sum = 0u64;
+        let mut tail_sum = 0u64;
         for k in 0..=top {
             let ku = k as usize;
-            let tree = &self.free[ku];
-            tree.check().map_err(|e| format!("order-{k} free bitmap: {e}"))?;
-            if tree.len != self.total >> k {
-                return Err(format!("order-{k} free bitmap sized for {} blocks", tree.len));
+            for (tree, count, class) in [(&self.free[ku], self.counts[ku], "free"), (&self.tail[ku], self.tail_counts[ku], "tail")] {
+                tree.check().map_err(|e| format!("order-{k} {class} bitmap: {e}"))?;
+                if tree.len != self.total >> k {
+                    return Err(format!("order-{k} {class} bitmap sized for {} blocks", tree.len));
+                }
+                let n = tree.count_ones();
+                if n != count {
+                    return Err(format!("order {k}: {n} blocks in the {class} bitmap but the count says {count}"));
+                }
+                free_sum += n << k;
             }
-            let n = tree.count_ones();
-            if n != self.counts[ku] {
-                return Err(format!("order {k}: {n} free blocks in the bitmap but the count says {}", self.counts[ku]));
+            tail_sum += self.tail_counts[ku];
+            if k == top && self.tail_counts[ku] != 0 {
+                return Err(format!("{} tail blocks of the largest order {k}", self.tail_counts[ku]));
             }
-            free_sum += n << k;
+            if let Some(i) = self.tail[ku].ones().find(|&i| self.free[ku].test(i)) {
+                return Err(format!("order-{k} block at pfn {:#x} is in both classes", i << k));
+            }
             let heads = &self.heads[ku];
             if let Some(i) = ones(heads).find(|&i| i >= self.total >> k) {
                 return Err(format!("order {k}: allocated block {i} lies outside memory"));
             }
             alloc_sum += ones(heads).count() as u64 * (1 << k);
             if k < top {
-                if let Some(i) = tree.ones().find(|&i| i & 1 == 0 && tree.test(i + 1)) {
+                // Only `topup` leaves free buddies unmerged, and only in the normal class: a tail block
+                // is split off beside an allocated block, and its buddy becomes free only by merging.
+                let is_free = |i: u64| self.free[ku].test(i) || self.tail[ku].test(i);
+                let both_normal = |i: u64| self.free[ku].test(i) && self.free[ku].test(i + 1);
+                if let Some(i) = self.free_ones(k).find(|&i| i & 1 == 0 && is_free(i + 1) && !(self.unmerged && both_normal(i))) {
                     return Err(format!("order {k}: buddies at pfn {:#x} and {:#x} are both free", i << k, (i + 1) << k));
                 }
             }
+        }
+        if tail_sum != self.tail_total {
+            return Err(format!("{tail_sum} tail blocks in the per-order counts but the total says {}", self.tail_total));
         }
         if free_sum != self.free_pages {
             return Err(format!("free lists hold {free_sum} frames but free_pages is {}", self.free_pages));
@@ -562,7 +846,7 @@ impl PhysMem {
         // Every free or allocated buddy block overlaps nothing else.
         for k in 0..=top {
             let ku = k as usize;
-            let blocks = self.free[ku].ones().map(|i| (i, true)).chain(ones(&self.heads[ku]).map(|i| (i, false)));
+            let blocks = self.free_ones(k).map(|i| (i, true)).chain(ones(&self.heads[ku]).map(|i| (i, false)));
             for (i, is_free) in blocks {
                 let p = i << k;
                 let kind = if is_free { "free" } else { "allocated" };
@@ -572,7 +856,7 @@ impl PhysMem {
                 for j in k + 1..=top {
                     let ju = j as usize;
                     let idx = p >> j;
-                    if self.free[ju].test(idx) || bit_test(&self.heads[ju], idx) {
+                    if self.free[ju].test(idx) || self.tail[ju].test(idx) || bit_test(&self.heads[ju], idx) {
                         return Err(format!("{kind} order-{k} block at pfn {p:#x} overlaps order-{j} block at pfn {:#x}", idx << j));
                     }
                 }

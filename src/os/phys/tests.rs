@@ -524,3 +524,390 @@ fn speed() {
         println!("check_invariants {gib} GiB: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
     }
 }
+
+/// Replays a fixed mix of `alloc`, `alloc_at`, `free`, reservations and both fragmenters without any
+/// tail-class operation and folds every result into one digest. The expected digests were recorded
+/// from the allocator before the tail class existed: golden simulation results depend on exactly
+/// these frames coming back in exactly this order.
+fn no_tail_digest(total_bytes: u64, max_order: u32, seed: u64) -> (u64, Vec<u64>) {
+    use crate::rng::hash2;
+    let mut m = PhysMem::new(total_bytes, max_order);
+    let mut h = 0u64;
+    let fold = |h: &mut u64, x: u64| *h = hash2(*h, x);
+    if seed.is_multiple_of(2) {
+        fold(&mut h, m.fragment_free_2m(0.3, seed).to_bits());
+    } else {
+        fold(&mut h, m.fragment_fmfi(0.6, 9, total_bytes / 3, seed).to_bits());
+    }
+    let n = m.total_pages();
+    let mut live: Vec<(u64, u32)> = Vec::new();
+    let mut reservations: Vec<(u64, u64)> = Vec::new();
+    let mut rng = Rng::new(seed);
+    for step in 0..6000u64 {
+        match rng.below(12) {
+            0..=4 => {
+                let order = [0, 0, 0, 1, 2, 3, 4, 5, 9, 10, 13, 15][rng.below(12) as usize];
+                let got = m.alloc(order);
+                fold(&mut h, got.map_or(u64::MAX, |p| p.0));
+                if let Some(p) = got {
+                    live.push((p.0, order));
+                }
+            }
+            5 => {
+                let order = rng.below(14) as u32;
+                let p = rng.below(n) >> order << order;
+                let got = m.alloc_at(Pfn(p), order);
+                fold(&mut h, u64::from(got));
+                if got {
+                    live.push((p, order));
+                }
+            }
+            6..=9 if !live.is_empty() => {
+                let (p, o) = live.swap_remove(rng.below(live.len() as u64) as usize);
+                m.free(Pfn(p), o).unwrap();
+            }
+            10 if step % 5 == 0 => {
+                if let Some((p, len)) = reservations.pop() {
+                    m.unreserve_contiguous(Pfn(p), len).unwrap();
+                } else {
+                    let len = 1 + rng.below(5000);
+                    let got = m.reserve_contiguous(len, rng.below(10) as u32);
+                    fold(&mut h, got.map_or(u64::MAX, |p| p.0));
+                    if let Some(p) = got {
+                        reservations.push((p.0, len));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    for (p, len) in m.free_runs() {
+        fold(&mut h, p.0 ^ (len << 40));
+    }
+    ok(&m);
+    (h, m.buddyinfo())
+}
+
+#[test]
+fn no_tail_sequences_are_unchanged() {
+    let cases: [(u64, u32, u64, u64, &[u64]); 3] = [
+        (256 * MIB + 44 * 1024, 14, 2, 0x4a10_1a31_fdbe_ba6b, &[6, 21, 40, 39, 40, 50, 62, 51, 37, 8, 0, 0, 0, 0]),
+        (256 * MIB + 44 * 1024, 14, 3, 0x3dac_ef64_bab2_96ba, &[2, 1, 3, 2, 2, 1, 7, 111, 0, 1, 0, 0, 0, 0]),
+        (64 * MIB, 6, 4, 0x17ea_f188_b78d_9904, &[5, 4, 4, 5, 11, 258]),
+    ];
+    for (bytes, max_order, seed, digest, info) in cases {
+        let (h, got) = no_tail_digest(bytes, max_order, seed);
+        assert_eq!((h, got.as_slice()), (digest, info), "{bytes} B, max_order {max_order}, seed {seed}");
+    }
+}
+
+/// The class of the free block holding `pfn`, None if the frame is in use.
+fn class_at(m: &PhysMem, pfn: u64) -> Option<Class> {
+    m.block_at(pfn, 0).map(|(_, _, c)| c)
+}
+
+#[test]
+fn exact_frame_leaves_tail_remainders_taken_last() {
+    // Two 32 MiB blocks: 0 and 8192.
+    let fresh = PhysMem::new(64 * MIB, 14);
+    let mut m = fresh.clone();
+    assert!(m.alloc_exact(Pfn(8192 + 1000), 0));
+    ok(&m);
+    assert!(!m.alloc_exact(Pfn(8192 + 1000), 0), "already taken");
+    assert!(!m.is_free(Pfn(9192)));
+    // One remainder per order 0..12, each the buddy of the path down to 9192, all in the tail.
+    let remainders = [9193, 9194, 9196, 9184, 9200, 9152, 9088, 8960, 8704, 8192, 9216, 10240, 12288];
+    for (k, &r) in remainders.iter().enumerate() {
+        assert_eq!(m.tail_list(k as u32), vec![r], "order {k}");
+        assert_eq!(m.free_blocks(k as u32), 1, "order {k}");
+        assert_eq!(m.tail_blocks(k as u32), 1, "order {k}");
+    }
+    assert_eq!((m.free_blocks(13), m.tail_blocks(13)), (1, 0));
+    assert_eq!(m.free_pages(), 2 * 8192 - 1);
+    assert_eq!(m.buddyinfo(), vec![1; 14]);
+    assert_eq!(m.fmfi(9), (512.0 - 1.0) / (2.0 * 8192.0 - 1.0));
+
+    // Normal memory goes first, even though smaller tail blocks would fit exactly.
+    assert_eq!(m.alloc(0), Some(Pfn(0)));
+    assert_eq!(m.alloc(3), Some(Pfn(8)));
+    let mut normal = vec![(0, 0), (8, 3)];
+    for _ in 0..(8192 - 1 - 8) {
+        let p = m.alloc(0).unwrap();
+        assert!(p.0 < 8192, "remainder {p:?} taken while normal memory was left");
+        normal.push((p.0, 0));
+    }
+    assert_eq!(m.free_pages(), 8191, "only the remainders are left");
+    ok(&m);
+    // Then the remainders: lowest tail block of the smallest order, split pieces become normal.
+    assert_eq!(m.alloc(0), Some(Pfn(9193)));
+    assert_eq!(m.alloc(0), Some(Pfn(9194)));
+    assert_eq!(class_at(&m, 9195), Some(Class::Normal));
+    assert_eq!(m.alloc(0), Some(Pfn(9195)));
+    assert_eq!(m.alloc(9), Some(Pfn(8192)));
+    ok(&m);
+
+    // Freeing merges tail remainders back; once all is free the allocator equals a fresh one.
+    for p in [9193, 9194, 9195, 9192] {
+        m.free(Pfn(p), 0).unwrap();
+    }
+    m.free(Pfn(8192), 9).unwrap();
+    ok(&m);
+    assert_eq!((m.free_blocks(13), m.tail_blocks(12)), (1, 0), "the upper 32 MiB is whole again");
+    for (p, o) in normal {
+        m.free(Pfn(p), o).unwrap();
+    }
+    ok(&m);
+    assert_eq!(m.buddyinfo(), fresh.buddyinfo());
+    assert_eq!(snapshot(&m), snapshot(&fresh));
+    assert!((0..14).all(|k| m.tail_blocks(k) == 0));
+    let mut f = fresh.clone();
+    for order in [0, 3, 0, 9, 13, 1] {
+        assert_eq!(m.alloc(order), f.alloc(order));
+    }
+}
+
+#[test]
+fn group_without_anchor_then_anchor() {
+    let mut m = PhysMem::new(64 * MIB, 14);
+    // Pfn 0 in use: free normal blocks 1 (order 0), 2 (1), 4 (2), 8 (3), 16 (4), 32 (5), ...
+    assert_eq!(m.alloc(0), Some(Pfn(0)));
+    // 64 KiB group, fault at offset 5: the lowest block of the smallest order ≥ 4 is 16..32.
+    assert_eq!(m.alloc_in_group(0, 4, 5, false), Some(Pfn(21)));
+    ok(&m);
+    for f in 16..32 {
+        assert_eq!(class_at(&m, f), if f == 21 { None } else { Some(Class::Tail) }, "frame {f}");
+    }
+    assert_eq!((m.tail_list(0), m.tail_list(1), m.tail_list(2), m.tail_list(3)), (vec![20], vec![22], vec![16], vec![24]));
+    assert_eq!(m.tail_blocks(4), 0);
+    // A later fault at offset 6 finds the anchor (21 - 5) and takes its frame exactly.
+    assert!(m.alloc_exact(Pfn(16 + 6), 0));
+    assert_eq!((m.tail_list(0), m.tail_list(1)), (vec![20, 23], vec![]));
+    ok(&m);
+    // Ordinary allocations keep away from the group.
+    assert_eq!(m.alloc(0), Some(Pfn(1)));
+    assert_eq!(m.alloc(0), Some(Pfn(2)));
+    assert_eq!(m.alloc(2), Some(Pfn(4)));
+    assert_eq!(m.alloc(3), Some(Pfn(8)));
+    assert_eq!(m.alloc(0), Some(Pfn(3)));
+    assert_eq!(m.alloc(0), Some(Pfn(32)));
+    // The next group comes from the lowest order-4 block again (33 left a normal order-0 block).
+    assert_eq!(m.alloc_in_group(0, 4, 15, false), Some(Pfn(48 + 15)));
+    // Bad arguments change nothing.
+    let before = snapshot(&m);
+    assert_eq!(m.alloc_in_group(0, 4, 16, false), None, "offset outside the group");
+    assert_eq!(m.alloc_in_group(9, 5, 0, false), None, "group above the largest order");
+    assert_eq!(m.alloc_in_group(u32::MAX, 1, 0, false), None);
+    assert!(!m.alloc_exact(Pfn(3), 1), "misaligned");
+    assert_eq!(snapshot(&m), before);
+    ok(&m);
+}
+
+#[test]
+fn group_of_32m_takes_exactly_an_order_13_block() {
+    // Four 32 MiB blocks: 0, 8192, 16384, 24576.
+    let mut m = PhysMem::new(128 * MIB, 14);
+    assert_eq!(m.alloc_in_group(9, 4, 3, true), Some(Pfn(3 * 512)));
+    ok(&m);
+    assert_eq!((m.tail_list(9), m.tail_list(10), m.tail_list(11), m.tail_list(12)), (vec![1024], vec![0], vec![2048], vec![4096]));
+    assert_eq!((m.free_blocks(13), m.tail_blocks(13)), (3, 0));
+    // The group's neighbours are then found by anchor.
+    assert!(m.alloc_exact(Pfn(7 * 512), 9));
+    assert_eq!((m.tail_list(9), m.tail_list(10), m.tail_list(11)), (vec![1024, 3072], vec![0, 2048], vec![]));
+    ok(&m);
+
+    // No free order-13 block: None (no change), although smaller blocks abound.
+    let mut m = PhysMem::new(128 * MIB, 14);
+    for i in 0..4 {
+        assert!(m.alloc_at(Pfn(8192 * i + 7), 0));
+    }
+    let before = snapshot(&m);
+    assert_eq!(m.alloc_in_group(9, 4, 0, true), None);
+    assert_eq!(m.alloc_in_group(9, 4, 0, false), None, "order 13 is the largest");
+    assert_eq!(snapshot(&m), before);
+
+    // With order 14 in the buddy system, the exact variant still refuses a larger block...
+    let mut m = PhysMem::new(128 * MIB, 15);
+    assert_eq!(m.alloc_in_group(9, 4, 2, true), None);
+    // ...which the other takes, leaving remainders of orders 9..13 in the tail.
+    assert_eq!(m.alloc_in_group(9, 4, 2, false), Some(Pfn(1024)));
+    assert_eq!(m.tail_list(13), vec![8192]);
+    // An order-13 block exists only in the tail now: the exact variant takes it.
+    assert_eq!(m.alloc_in_group(9, 4, 1, true), Some(Pfn(8192 + 512)));
+    assert_eq!(m.tail_list(12), vec![4096, 8192 + 4096]);
+    ok(&m);
+}
+
+#[test]
+fn topup_splits_exactly_when_low() {
+    let fresh = PhysMem::new(4 * GIB, 14);
+    let mut m = fresh.clone();
+    assert!(!m.topup(9, 3, 200), "no order holds more than 200 blocks");
+    assert_eq!(snapshot(&m), snapshot(&fresh));
+    // 0 ≤ 3 order-9 blocks: split the lowest order-13 block (the only order above 9 with > 32).
+    assert!(m.topup(9, 3, 32));
+    ok(&m);
+    assert_eq!(m.free_list(9), vec![0, 512], "two unmerged buddies");
+    assert_eq!((m.free_list(10), m.free_list(11), m.free_list(12)), (vec![1024], vec![2048], vec![4096]));
+    assert_eq!(m.free_blocks(13), 127);
+    assert_eq!(m.free_pages(), m.total_pages());
+    // 2 ≤ 3: again, from the next order-13 block since orders 10..12 hold one block each.
+    assert!(m.topup(9, 3, 32));
+    assert_eq!(m.free_list(9), vec![0, 512, 8192, 8192 + 512]);
+    // 4 > 3: nothing.
+    let before = snapshot(&m);
+    assert!(!m.topup(9, 3, 32));
+    assert_eq!(snapshot(&m), before);
+    // A source threshold of 0 picks the smallest order above 9 with a block: order 10 at 1024.
+    assert!(m.topup(9, 4, 0));
+    assert_eq!(m.free_list(9), vec![0, 512, 1024, 1536, 8192, 8192 + 512]);
+    assert_eq!(m.free_list(10), vec![8192 + 1024]);
+    ok(&m);
+
+    // The pieces are ordinary order-9 blocks: allocated and freed, they merge as far as they can.
+    assert_eq!(m.alloc(9), Some(Pfn(0)));
+    assert_eq!(m.alloc(10), Some(Pfn(8192 + 1024)));
+    m.free(Pfn(0), 9).unwrap();
+    // 0 merged with 512; 1024..2048 are still two order-9 blocks, so the merge stops at order 10.
+    assert_eq!(m.free_list(10), vec![0]);
+    ok(&m);
+    // A range tiled by several free blocks can still be taken whole.
+    assert!(m.alloc_at(Pfn(0), 11));
+    assert_eq!(m.free_list(9), vec![8192, 8192 + 512]);
+    ok(&m);
+    m.free(Pfn(0), 11).unwrap();
+    m.free(Pfn(8192 + 1024), 10).unwrap();
+    ok(&m);
+    // Unmerged pieces stay apart until something merges them.
+    assert_eq!(m.free_list(9), vec![8192, 8192 + 512]);
+    assert!(m.alloc_at(Pfn(8192), 9));
+    m.free(Pfn(8192), 9).unwrap();
+    ok(&m);
+    assert_eq!(snapshot(&m), snapshot(&fresh));
+}
+
+/// Random traffic of every allocation kind checked against a page-by-page model: no frame handed out
+/// twice, `is_free` and `free_pages` exact, the class rule of `alloc` and `alloc_in_group` obeyed.
+fn tail_model_run(seed: u64, with_topup: bool) {
+    let total_bytes = 64 * MIB + 44 * 1024;
+    let fresh = PhysMem::new(total_bytes, 14);
+    let mut m = fresh.clone();
+    let n = m.total_pages() as usize;
+    let top = m.largest_order();
+    let mut used = vec![false; n];
+    let mut live: Vec<(u64, u32)> = Vec::new();
+    let mut reservations: Vec<(u64, u64)> = Vec::new();
+    let mut rng = Rng::new(seed);
+    let range_free = |used: &[bool], p: u64, len: u64| p + len <= n as u64 && used[p as usize..(p + len) as usize].iter().all(|u| !u);
+    let take = |used: &mut [bool], live: &mut Vec<(u64, u32)>, p: u64, o: u32| {
+        assert!(range_free(used, p, 1 << o), "{p:#x}/{o} handed out while in use");
+        used[p as usize..(p + (1 << o)) as usize].fill(true);
+        live.push((p, o));
+    };
+    let normal_at_least = |m: &PhysMem, o: u32| (o..=top).any(|k| m.free_blocks(k) > m.tail_blocks(k));
+    // Tail blocks taken by `alloc`, tail blocks taken by `alloc_in_group`, top-up splits.
+    let mut counts = [0u64; 3];
+    for step in 0..8000 {
+        let pre = m.clone();
+        match rng.below(14) {
+            0..=2 => {
+                let order = [0, 0, 0, 1, 2, 3, 4, 9, 12, 13][rng.below(10) as usize];
+                match m.alloc(order) {
+                    Some(Pfn(p)) => {
+                        let class = class_at(&pre, p).unwrap();
+                        let want = if normal_at_least(&pre, order) { Class::Normal } else { Class::Tail };
+                        assert_eq!(class, want, "step {step}: alloc({order}) = {p:#x}");
+                        counts[0] += u64::from(class == Class::Tail);
+                        take(&mut used, &mut live, p, order);
+                    }
+                    None if !with_topup => assert_eq!(pre.free_pages_at_least(order), 0),
+                    None => {}
+                }
+            }
+            3 => {
+                let order = rng.below(12) as u32;
+                let p = rng.below(n as u64) >> order << order;
+                let expect = range_free(&used, p, 1 << order);
+                let got = if rng.below(2) == 0 { m.alloc_exact(Pfn(p), order) } else { m.alloc_at(Pfn(p), order) };
+                assert_eq!(got, expect, "step {step}: {p:#x}/{order}");
+                if got {
+                    take(&mut used, &mut live, p, order);
+                }
+            }
+            4..=5 => {
+                let (order, group, exact) = if rng.below(4) == 0 { (9, 4, true) } else { (rng.below(3) as u32, 4, false) };
+                let offset = rng.below(16);
+                match m.alloc_in_group(order, group, offset, exact) {
+                    Some(Pfn(p)) => {
+                        assert_eq!((p >> order) % 16, offset, "step {step}");
+                        let g = order + group;
+                        let (_, j, class) = pre.block_at(p, g).unwrap();
+                        let normal = if exact { pre.free_blocks(g) > pre.tail_blocks(g) } else { normal_at_least(&pre, g) };
+                        assert_eq!(class, if normal { Class::Normal } else { Class::Tail }, "step {step}");
+                        if exact {
+                            assert_eq!(j, g, "step {step}");
+                        }
+                        counts[1] += u64::from(class == Class::Tail);
+                        take(&mut used, &mut live, p, order);
+                    }
+                    None if exact => assert_eq!(pre.free_blocks(order + group), 0),
+                    None if !with_topup => assert_eq!(pre.free_pages_at_least(order + group), 0),
+                    None => {}
+                }
+            }
+            6 if with_topup => {
+                let low = rng.below(8);
+                let split = m.topup(9, low, 2);
+                assert_eq!(split, pre.free_blocks(9) <= low && (10..=top).any(|k| pre.free_blocks(k) > 2), "step {step}");
+                counts[2] += u64::from(split);
+            }
+            7..=11 if !live.is_empty() => {
+                let (p, o) = live.swap_remove(rng.below(live.len() as u64) as usize);
+                m.free(Pfn(p), o).unwrap();
+                assert!(m.free(Pfn(p), o).is_err(), "double free accepted");
+                used[p as usize..(p + (1 << o)) as usize].fill(false);
+                assert_eq!(class_at(&m, p), Some(Class::Normal), "a freed block is normal");
+            }
+            12 if step % 5 == 0 => {
+                if let Some((p, len)) = reservations.pop() {
+                    m.unreserve_contiguous(Pfn(p), len).unwrap();
+                    used[p as usize..(p + len) as usize].fill(false);
+                } else if let Some(Pfn(p)) = m.reserve_contiguous(1 + rng.below(3000), rng.below(4) as u32) {
+                    let len = *m.reserved.get(&p).unwrap();
+                    assert!(range_free(&used, p, len), "step {step}");
+                    used[p as usize..(p + len) as usize].fill(true);
+                    reservations.push((p, len));
+                }
+            }
+            _ => {}
+        }
+        assert_eq!(m.free_pages(), used.iter().filter(|u| !**u).count() as u64, "step {step}");
+        for _ in 0..4 {
+            let p = rng.below(n as u64);
+            assert_eq!(m.is_free(Pfn(p)), !used[p as usize], "step {step}: page {p:#x}");
+        }
+        if step % 250 == 0 {
+            ok(&m);
+        }
+    }
+    ok(&m);
+    println!("seed {seed}: tail blocks taken by alloc / alloc_in_group, top-up splits: {counts:?}");
+    assert!(counts[0] > 0 && counts[1] > 0 && (counts[2] > 0) == with_topup, "{counts:?}: the fallbacks were not exercised");
+    for (p, o) in live {
+        m.free(Pfn(p), o).unwrap();
+    }
+    for (p, len) in reservations {
+        m.unreserve_contiguous(Pfn(p), len).unwrap();
+    }
+    ok(&m);
+    assert_eq!(m.free_pages(), m.total_pages());
+    assert!((0..=top).all(|k| m.tail_blocks(k) == 0), "every tail block merged back");
+    if !with_topup {
+        assert_eq!(snapshot(&m), snapshot(&fresh));
+    }
+}
+
+#[test]
+fn random_tail_traffic_matches_a_page_model() {
+    tail_model_run(11, false);
+    tail_model_run(12, true);
+}
