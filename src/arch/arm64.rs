@@ -395,33 +395,33 @@ impl Tdb for Arm64 {
     }
 }
 
+/// A design on this driver: `cont` picks who sets the contiguous bit, `settings` the OS
+/// policies (as `--set`).
+const fn design(name: &'static str, description: &'static str, cont: ContMode, settings: &'static [&'static str]) -> Design {
+    let arch: fn(&mut ArchConfig) = match cont {
+        ContMode::None => |a| a.arm64.cont = ContMode::None,
+        ContMode::Folio => |a| a.arm64.cont = ContMode::Folio,
+        ContMode::Et => |a| a.arm64.cont = ContMode::Et,
+    };
+    Design { name, description, driver: "arm64", arch, settings, nested: None }
+}
+
 impl Registered for Arm64 {
     type Section = Arm64Config;
     const DESIGNS: &'static [Design] = &[
-        Design {
-            name: "arm64-4k",
-            description: "arm64 (4 KiB granule, 4 levels), 4 KiB pages, no contiguous bit (ET's 4KiB baseline)",
-            driver: "arm64",
-            arch: |a| a.arm64.cont = ContMode::None,
-            settings: &["os.thp=never"],
-            nested: None,
-        },
-        Design {
-            name: "arm64-thp",
-            description: "arm64 with THP always (2 MiB at fault, khugepaged), no contiguous bit (ET's THP baseline, Linux 5.18)",
-            driver: "arm64",
-            arch: |a| a.arm64.cont = ContMode::None,
-            settings: &["os.thp=always"],
-            nested: None,
-        },
-        Design {
-            name: "arm64-cont",
-            description: "arm64 with THP always and ET's transparent contiguous-bit management (64 KiB / 32 MiB groups wherever pages happen to be contiguous; no CoalaPaging)",
-            driver: "arm64",
-            arch: |a| a.arm64.cont = ContMode::Et,
-            settings: &["os.thp=always"],
-            nested: None,
-        },
+        design("arm64-4k", "arm64 (4 KiB granule, 4 levels), 4 KiB pages, no contiguous bit (ET's 4KiB baseline)", ContMode::None, &["os.thp=never"]),
+        design("arm64-thp", "arm64 with THP always (2 MiB at fault, khugepaged), no contiguous bit (ET's THP baseline, Linux 5.18)", ContMode::None, &["os.thp=always"]),
+        design("arm64-cont", "arm64 with THP always and ET's transparent contiguous-bit management (64 KiB / 32 MiB groups wherever pages happen to be contiguous; no CoalaPaging)", ContMode::Et, &["os.thp=always"]),
+        design("arm64-mthp", "arm64 THP with 64 KiB mTHP folios as the fault fallback, upstream contpte (CONT only for whole folios, no 32 MiB; the artifact's thp-mthp)", ContMode::Folio, &["os.thp=always", "os.mthp=true"]),
+        design("arm64-hugetlb-64k", "arm64, anonymous memory in HugeTLB 64 KiB contiguous pages", ContMode::Folio, &["os.thp=never", "os.hugetlb_size=\"64K\""]),
+        design("arm64-hugetlb-2m", "arm64, anonymous memory in HugeTLB 2 MiB pages", ContMode::None, &["os.thp=never", "os.hugetlb_size=\"2M\""]),
+        design("arm64-hugetlb-32m", "arm64, anonymous memory in HugeTLB 32 MiB contiguous blocks", ContMode::Folio, &["os.thp=never", "os.hugetlb_size=\"32M\""]),
+        design("arm64-hugetlb-1g", "arm64, anonymous memory in HugeTLB 1 GiB blocks", ContMode::None, &["os.thp=never", "os.hugetlb_size=\"1G\""]),
+        design("et", "Elastic Translations (the artifact's ET bars): greedy CoalaPaging, transparent contiguous bit, online Leshy hints driving CoalaKhugepaged", ContMode::Et, &["os.thp=always", "os.khugepaged.enabled=false", "os.coala.paging=\"greedy\"", "os.coala.khugepaged=true", "os.leshy.mode=\"online\""]),
+        design("et-offline", "ET-offline: a previous run's Leshy hints (--set os.leshy.hints=FILE) drive fault placement and CoalaKhugepaged", ContMode::Et, &["os.thp=always", "os.khugepaged.enabled=false", "os.coala.paging=\"hinted\"", "os.coala.khugepaged=true", "os.leshy.mode=\"offline\"", "os.leshy.slack=100"]),
+        design("et-no32m", "ET ablation: no 32 MiB translations (64 KiB and 2 MiB only)", ContMode::Et, &["os.thp=always", "os.khugepaged.enabled=false", "os.coala.paging=\"greedy\"", "os.coala.khugepaged=true", "os.coala.allow_32m=false", "os.leshy.mode=\"online\""]),
+        design("et-nofaulthints", "ET-offline ablation: hints drive CoalaKhugepaged only; faults are greedy", ContMode::Et, &["os.thp=always", "os.khugepaged.enabled=false", "os.coala.paging=\"greedy\"", "os.coala.khugepaged=true", "os.leshy.mode=\"offline\"", "os.leshy.slack=100"]),
+        design("et-greedy", "ET ablation: greedy CoalaPaging and the contiguous bit, no asynchronous promotion (no Leshy, no khugepaged)", ContMode::Et, &["os.thp=always", "os.khugepaged.enabled=false", "os.coala.paging=\"greedy\""]),
     ];
 
     fn validate(s: &Arm64Config, key: &str) -> Result<()> {

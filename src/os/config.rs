@@ -3,7 +3,7 @@
 
 use super::eager;
 use super::placement::{MigrationConfig, SwapConfig};
-use crate::addr::bytes_serde;
+use crate::addr::{bytes_serde, PageSize};
 use crate::error::{Error, Result};
 use crate::tapi::OsCostModel;
 
@@ -36,6 +36,99 @@ pub struct KhugepagedConfig {
 impl Default for KhugepagedConfig {
     fn default() -> Self {
         KhugepagedConfig { enabled: true, pages_to_scan: 4096, sleep_ms: 10_000.0, max_ptes_none: 511 }
+    }
+}
+
+/// CoalaPaging's fault-time placement (reference elastic-translations.md §2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CoalaPaging {
+    /// Plain buddy allocation.
+    Off,
+    /// Every fault gets the coalescing-aware placement: 4 KiB pages target their 64 KiB group,
+    /// THPs their 32 MiB group (ET's default when no fault hints are used, `fault_hints=0`).
+    Greedy,
+    /// Leshy's hints choose per region (§2.2): unhinted regions skip THP and allocate plainly,
+    /// 64K hints skip THP with 64 KiB placement, 2M hints take THP plainly, 32M hints take THP
+    /// with 32 MiB placement. Greedy while no hints are loaded.
+    Hinted,
+}
+
+/// Elastic Translations' OS mechanisms (`os.coala`): CoalaPaging and CoalaKhugepaged.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CoalaConfig {
+    /// Fault-time placement.
+    pub paging: CoalaPaging,
+    /// CoalaKhugepaged: hint-driven asynchronous promotion (§3). ET's khugepaged skips ET-enabled
+    /// processes' other regions, so designs using it turn `os.khugepaged.enabled` off.
+    pub khugepaged: bool,
+    /// Policy milliseconds between CoalaKhugepaged wake-ups (the evaluation's 1 s, §3 / env/et.env).
+    pub sleep_ms: f64,
+    /// 4 KiB pages' worth of hinted regions promoted per wake-up (the evaluation's 8192).
+    pub pages_to_scan: u64,
+    /// 32 MiB translations at all (the "no 32M" ablation turns it off: no 32 MiB placement or
+    /// promotion, and Leshy never hints 32 MiB).
+    pub allow_32m: bool,
+}
+
+impl Default for CoalaConfig {
+    fn default() -> Self {
+        CoalaConfig { paging: CoalaPaging::Off, khugepaged: false, sleep_ms: 1000.0, pages_to_scan: 8192, allow_32m: true }
+    }
+}
+
+/// Where Leshy's hints come from (`os.leshy.mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LeshyMode {
+    /// No hints.
+    Off,
+    /// Sampled while running: every `interval_ms` the last two epochs' samples decide the hints
+    /// (§4.3, the "ET" bars).
+    Online,
+    /// Read from `os.leshy.hints` at the start (§4.2, "ET-offline": hints from a previous run).
+    Offline,
+}
+
+/// Leshy, the translation-size selector (`os.leshy`, reference elastic-translations.md §4).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LeshyConfig {
+    /// Where hints come from.
+    pub mode: LeshyMode,
+    /// Hint file for `offline` (written by a run with `os.leshy.write_hints`). Empty: the run
+    /// first profiles the same workload (4 KiB pages, no CoalaPaging, as the artifact's offline
+    /// traces are taken with THP off) and uses the hints that profile decides.
+    pub hints: String,
+    /// Write the hints the samples of this run decide (offline rule, slack 100) to this file at
+    /// the end of the run; empty = do not.
+    pub write_hints: String,
+    /// Sampling period in memory operations (SPE `-c 1024`), jittered; only operations whose
+    /// translation walked are kept (SPE's "TLB walk" filter).
+    pub period: u32,
+    /// Policy milliseconds per online epoch (`epochs.sh … 5`).
+    pub interval_ms: f64,
+    /// TLB budget percent (online 70; offline hints use 100).
+    pub slack: u32,
+    /// Fraction of sampled misses to cover, per 100000 (100000 = all).
+    pub target: u32,
+    /// TLB entries Leshy budgets for (etutils-rs `TLBSIZE` = 1280, N1's L2 TLB).
+    pub tlb_entries: u32,
+}
+
+impl Default for LeshyConfig {
+    fn default() -> Self {
+        LeshyConfig {
+            mode: LeshyMode::Off,
+            hints: String::new(),
+            write_hints: String::new(),
+            period: 1024,
+            interval_ms: 5000.0,
+            slack: 70,
+            target: 100_000,
+            tlb_entries: 1280,
+        }
     }
 }
 
@@ -88,6 +181,21 @@ pub struct OsConfig {
     /// Bytes reserved at boot for the 1 GiB hugetlb pool (whole GiBs).
     #[serde(with = "bytes_serde")]
     pub hugetlb_1g: u64,
+    /// HugeTLB page size backing anonymous memory (see [`super::hugetlb`]): 64K, 2M, 32M or 1G,
+    /// any size the driver maps; "4K" = no HugeTLB.
+    pub hugetlb_size: PageSize,
+    /// Bytes of `hugetlb_size` pages preallocated at boot (`nr_hugepages`); beyond them pages
+    /// are allocated at fault (`nr_overcommit_hugepages`).
+    #[serde(with = "bytes_serde")]
+    pub hugetlb_pool: u64,
+    /// Multi-size THP (Linux 6.8 mTHP, the artifact's "thp-mthp" mode, reference
+    /// elastic-translations.md §1.4): a fault that cannot get a 2 MiB page maps a naturally
+    /// aligned 64 KiB folio when its range is empty, before falling back to 4 KiB.
+    pub mthp: bool,
+    /// Elastic Translations' CoalaPaging and CoalaKhugepaged.
+    pub coala: CoalaConfig,
+    /// Leshy's size hints.
+    pub leshy: LeshyConfig,
     /// Fragmentation before the run.
     pub fragmentation: FragConfig,
     /// Cycles per counted OS event.
@@ -109,6 +217,12 @@ pub struct OsConfig {
     pub migration: MigrationConfig,
     /// Swap device.
     pub swap: SwapConfig,
+    /// The policies' clock runs this many times faster than simulated time: every background
+    /// interval (khugepaged's sleep, CoalaKhugepaged's, Leshy's epochs, Hawkeye's coverage window,
+    /// Utopia's migration pacing) is measured on it. A run covers well under a second of
+    /// simulated time while policies tick in seconds, so a study that wants them to act scales
+    /// time rather than each interval, which keeps the comparison fair (docs/os-model.md).
+    pub time_scale: f64,
 }
 
 impl Default for OsConfig {
@@ -119,6 +233,11 @@ impl Default for OsConfig {
             thp: ThpMode::Never,
             khugepaged: KhugepagedConfig::default(),
             hugetlb_1g: 0,
+            hugetlb_size: PageSize::K4,
+            hugetlb_pool: 0,
+            mthp: false,
+            coala: CoalaConfig::default(),
+            leshy: LeshyConfig::default(),
             fragmentation: FragConfig::default(),
             costs: OsCostModel::default(),
             fault_trap_cycles: 1000.0,
@@ -127,6 +246,7 @@ impl Default for OsConfig {
             eager_pool: 0,
             migration: MigrationConfig::default(),
             swap: SwapConfig::default(),
+            time_scale: 1.0,
         }
     }
 }
@@ -143,6 +263,15 @@ impl OsConfig {
         if !self.hugetlb_1g.is_multiple_of(1 << 30) || self.hugetlb_1g > self.memory / 2 {
             return Err(Error::config("os.hugetlb_1g", "must be whole GiBs and at most half of os.memory"));
         }
+        if !self.hugetlb_pool.is_multiple_of(self.hugetlb_size.bytes()) || self.hugetlb_pool > self.memory / 4 * 3 {
+            return Err(Error::config(
+                "os.hugetlb_pool",
+                format!("must be whole {} pages (os.hugetlb_size) and at most 3/4 of os.memory", self.hugetlb_size),
+            ));
+        }
+        if self.hugetlb_size == PageSize::K4 && self.hugetlb_pool > 0 {
+            return Err(Error::config("os.hugetlb_pool", "needs os.hugetlb_size (64K, 2M, 32M or 1G)"));
+        }
         let t = self.fragmentation.target;
         if !(0.0..=1.0).contains(&t) {
             return Err(Error::config("os.fragmentation.target", format!("must be between 0 and 1, found {t}")));
@@ -158,6 +287,21 @@ impl OsConfig {
         }
         if self.swap.page_cycles.is_nan() || self.swap.page_cycles < 0.0 {
             return Err(Error::config("os.swap.page_cycles", "must not be negative"));
+        }
+        if !(self.coala.sleep_ms.is_finite() && self.coala.sleep_ms > 0.0) {
+            return Err(Error::config("os.coala.sleep_ms", "must be a positive number of milliseconds"));
+        }
+        if !(self.leshy.interval_ms.is_finite() && self.leshy.interval_ms > 0.0) {
+            return Err(Error::config("os.leshy.interval_ms", "must be a positive number of milliseconds"));
+        }
+        if self.leshy.period < 16 {
+            return Err(Error::config("os.leshy.period", "must be at least 16 operations"));
+        }
+        if self.leshy.slack == 0 || self.leshy.target == 0 || self.leshy.tlb_entries == 0 {
+            return Err(Error::config("os.leshy", "slack, target and tlb_entries must be positive"));
+        }
+        if !self.time_scale.is_finite() || self.time_scale <= 0.0 {
+            return Err(Error::config("os.time_scale", format!("must be a positive number, found {}", self.time_scale)));
         }
         eager::validate(self)
     }

@@ -25,14 +25,28 @@ impl<D: Driver> Os<D> {
             }
             self.stats.hugetlb_fallback += 1;
         }
-        if vma.thp_allowed(self.cfg.thp) {
+        if let Some(size) = self.hugetlb.size().filter(|_| !vma.flags.file_backed && vma.flags.huge != HugeAdvice::NoHuge) {
+            if let Some(base) = self.fits(asid, &vma, va, size) {
+                if let Some(pfn) = self.hugetlb.take(&mut self.phys) {
+                    // hugetlb_no_page: allocate (or take from the pool) and clear the page.
+                    self.cost.add_to(Func::Alloc, Event::Page, 1);
+                    self.cost.add_to(Func::Zero, Event::Page, size.base_pages());
+                    self.install(asid, base, pfn.addr(), size, vma.prot)?;
+                    self.stats.faults_hugetlb += 1;
+                    return Ok(Translation { pbase: pfn.addr(), size });
+                }
+            }
+            self.stats.hugetlb_fallback += 1;
+        }
+        let coala = self.coala_fault(asid, va);
+        if vma.thp_allowed(self.cfg.thp) && !coala.skip_thp {
             let base = PageSize::M2.align_down(va);
             if base >= vma.start && base + PageSize::M2.bytes() <= vma.end {
                 if self.driver.can_map(base, PageSize::M2).is_err() {
                     self.stats.thp_fallback_driver += 1;
                 } else if !self.api(asid, Func::RangeCheck, |d, s, env| d.range_is_empty(s, base, base + PageSize::M2.bytes(), env)) {
                     self.stats.thp_fallback_range += 1;
-                } else if let Some(pa) = self.frame_for(asid, base, PageSize::M2, vma.flags)? {
+                } else if let Some(pa) = self.data_frame(asid, base, PageSize::M2, vma.flags, coala.place_thp)? {
                     self.install(asid, base, pa, PageSize::M2, vma.prot)?;
                     if swapin {
                         self.stats.faults_swapin += 1;
@@ -45,9 +59,19 @@ impl<D: Driver> Os<D> {
                 }
             }
         }
+        if self.cfg.mthp && !vma.flags.file_backed && vma.flags.huge != HugeAdvice::NoHuge {
+            if let Some(base) = self.fits(asid, &vma, va, PageSize::K64) {
+                if let Some(pa) = self.frame_for(asid, base, PageSize::K64, vma.flags)? {
+                    self.install(asid, base, pa, PageSize::K64, vma.prot)?;
+                    self.stats.faults_64k += 1;
+                    return Ok(Translation { pbase: pa, size: PageSize::K64 });
+                }
+            }
+        }
         let base = PageSize::K4.align_down(va);
-        let pa =
-            self.frame_for(asid, base, PageSize::K4, vma.flags)?.ok_or_else(|| Error::OutOfMemory(format!("4 KiB page for {va:#x}")))?;
+        let pa = self
+            .data_frame(asid, base, PageSize::K4, vma.flags, coala.place_4k && !vma.flags.file_backed)?
+            .ok_or_else(|| Error::OutOfMemory(format!("4 KiB page for {va:#x}")))?;
         self.install(asid, base, pa, PageSize::K4, vma.prot)?;
         if swapin {
             self.stats.faults_swapin += 1;
@@ -57,6 +81,18 @@ impl<D: Driver> Os<D> {
             self.stats.faults_4k += 1;
         }
         Ok(Translation { pbase: pa, size: PageSize::K4 })
+    }
+
+    /// The base of the `size` page around `va` if it lies inside `vma`, the driver can map it
+    /// and nothing maps any part of it yet.
+    fn fits(&mut self, asid: u16, vma: &Vma, va: u64, size: PageSize) -> Option<u64> {
+        let base = size.align_down(va);
+        let end = base + size.bytes();
+        (base >= vma.start
+            && end <= vma.end
+            && self.driver.can_map(base, size).is_ok()
+            && self.api(asid, Func::RangeCheck, |d, s, env| d.range_is_empty(s, base, end, env)))
+        .then_some(base)
     }
 
     /// Allocates and zeroes a data block.

@@ -5,10 +5,12 @@
 //! translation structures goes through the translation API ([`tapi::Tdb`]), charged to the OS path
 //! (fault, promote, unmap) and API function it ran under, so each design's OS cost is measured.
 
+mod coala;
 mod config;
 pub mod eager;
 mod fault;
 mod host;
+pub mod hugetlb;
 mod khugepaged;
 pub mod leshy;
 pub mod phys;
@@ -16,6 +18,7 @@ mod placement;
 pub mod policy;
 pub mod truth;
 
+pub use coala::{CoalaKhugepaged, HintSet, LeshyOnline, Promote32};
 pub use config::*;
 pub use host::ProcVm;
 
@@ -65,6 +68,10 @@ pub struct OsStats {
     pub faults_thp: u64,
     /// Faults that mapped a 1 GiB hugetlb page.
     pub faults_1g: u64,
+    /// Faults that mapped a page from the HugeTLB pool (`os.hugetlb_size`).
+    pub faults_hugetlb: u64,
+    /// Faults that mapped a 64 KiB mTHP folio.
+    pub faults_64k: u64,
     /// Faults on file-backed-like mappings (page cache pages).
     pub faults_file: u64,
     /// THP wanted but the range was not empty (a 4 KiB page already there).
@@ -81,6 +88,28 @@ pub struct OsStats {
     pub promotion_failures: u64,
     /// khugepaged wake-ups.
     pub khugepaged_scans: u64,
+    /// CoalaPaging allocations that found an anchor and asked for its exact frame.
+    pub coala_targeted: u64,
+    /// Of those, the frame was free and taken.
+    pub coala_targeted_hits: u64,
+    /// CoalaPaging allocations in an empty group (a fresh order ≥ 4 or order-13 block).
+    pub coala_fresh: u64,
+    /// Of those, a block was found.
+    pub coala_fresh_hits: u64,
+    /// CoalaKhugepaged wake-ups.
+    pub coala_scans: u64,
+    /// Leshy epochs (online).
+    pub leshy_epochs: u64,
+    /// Walks sampled for Leshy.
+    pub leshy_samples: u64,
+    /// Hint sets loaded: the number of 64K, 2M and 32M hints of each, in order.
+    pub leshy_mix: Vec<[u64; 3]>,
+    /// 32 MiB promotions (CoalaKhugepaged: one order-13 block mapped as 16 contiguous 2 MiB).
+    pub promotions_32m: u64,
+    /// 32 MiB promotions that fell back to collapsing each 2 MiB region.
+    pub promotion_32m_fallbacks: u64,
+    /// Bytes copied by promotions (2 MiB collapses and 32 MiB promotions).
+    pub promotion_bytes_copied: u64,
     /// Regions unmapped.
     pub unmaps: u64,
     /// Shootdowns sent.
@@ -100,6 +129,8 @@ pub struct OsStats {
     pub swap_outs: u64,
     /// 4 KiB units read back from swap.
     pub swap_ins: u64,
+    /// The policies' clock at the last epoch, in whole milliseconds (simulated time × `os.time_scale`).
+    pub policy_ms: u64,
     /// Pages moved to the frame the driver placed them in (e.g. FlexSeg → RestSeg).
     pub migrations: u64,
     /// Pages moved out of a frame the driver needed (e.g. RestSeg → FlexSeg).
@@ -113,7 +144,7 @@ pub struct OsStats {
 impl OsStats {
     /// All faults.
     pub fn faults(&self) -> u64 {
-        self.faults_4k + self.faults_thp + self.faults_1g + self.faults_file + self.faults_swapin
+        self.faults_4k + self.faults_thp + self.faults_1g + self.faults_hugetlb + self.faults_64k + self.faults_file + self.faults_swapin
     }
 }
 
@@ -157,10 +188,17 @@ pub struct Os<D: Driver> {
     cfg: OsConfig,
     giga_pool: Vec<Pfn>,
     pools: eager::Pools,
+    hugetlb: hugetlb::HugetlbPool,
     /// Background promotion policies, run at every epoch ([`policy::promoters`]).
     promoters: Vec<Box<dyn Promoter<D>>>,
     /// Policies run at every `mmap` ([`policy::map_policies`]).
     map_policies: Vec<Box<dyn MapPolicy<D>>>,
+    /// Leshy's hints per address space (ASID index), consumed by CoalaPaging and CoalaKhugepaged.
+    hints: Vec<HintSet>,
+    /// Sampled walks per address space since Leshy's last epoch.
+    samples: Vec<Vec<leshy::LeshySample>>,
+    /// Every sample of the run, for `os.leshy.write_hints`.
+    all_samples: Vec<(u16, leshy::LeshySample)>,
     /// Cursor of [`Os::khugepaged_scan`].
     khuge_cursor: (usize, u64),
     stale_wc: Vec<(u64, u64)>,
@@ -184,6 +222,7 @@ impl<D: Driver> Os<D> {
         // Largest first so `pop` hands out the lowest address first.
         giga_pool.reverse();
         let pools = eager::Pools::carve(&mut phys, cfg)?;
+        let hugetlb = hugetlb::HugetlbPool::carve(&mut phys, cfg.hugetlb_size, cfg.hugetlb_pool)?;
         let mut driver = driver;
         if let Some(p) = driver.placement() {
             p.boot(&mut phys)?;
@@ -209,8 +248,12 @@ impl<D: Driver> Os<D> {
             cfg: cfg.clone(),
             giga_pool,
             pools,
+            hugetlb,
             promoters: policy::promoters(cfg),
             map_policies: policy::map_policies(cfg),
+            hints: Vec::new(),
+            samples: Vec::new(),
+            all_samples: Vec::new(),
             khuge_cursor: (0, 0),
             stale_wc: Vec::new(),
             busy: IntMap::default(),
@@ -237,6 +280,13 @@ impl<D: Driver> Os<D> {
             implicit,
             swapped: IntMap::default(),
         });
+        // Without a file (the simulator profiles first and passes one) the process starts unhinted.
+        if self.cfg.leshy.mode == LeshyMode::Offline && !self.cfg.leshy.hints.is_empty() {
+            // Offline hints (a previous run's, §4.2) describe the traced program's address space;
+            // every process gets them (runs with one process are what they are written for).
+            let hints = leshy::read_hints(std::path::Path::new(&self.cfg.leshy.hints))?;
+            self.load_hints(asid, hints);
+        }
         Ok(asid)
     }
 
@@ -331,6 +381,9 @@ impl<D: Driver> Os<D> {
             self.giga_pool.push(Pfn::containing(pa));
             return Ok(());
         }
+        if self.hugetlb.size() == Some(size) {
+            return self.hugetlb.give_back(&mut self.phys, Pfn::containing(pa), self.cfg.hugetlb_pool > 0);
+        }
         self.phys.free(Pfn::containing(pa), size.order()).map_err(Error::Check)
     }
 
@@ -392,9 +445,10 @@ impl<D: Driver> Os<D> {
         Ok(())
     }
 
-    /// Background work due at simulated time `now_ms`: migrations the driver asked for, then
+    /// Background work due by `now_ms` on the policies' clock (simulated time × `os.time_scale`): migrations the driver asked for, then
     /// the configured promoters ([`policy::promoters`]).
     pub fn tick(&mut self, now_ms: f64) -> Result<()> {
+        self.stats.policy_ms = now_ms as u64;
         let now = self.now;
         self.busy.retain(|_, until| *until > now);
         self.migrate_requested()?;

@@ -9,7 +9,7 @@
 //! `os.*`, and one line in [`promoters`] or [`map_policies`].
 
 use super::khugepaged::Khugepaged;
-use super::{Os, OsConfig, Vma};
+use super::{CoalaKhugepaged, LeshyOnline, Os, OsConfig, Vma};
 use crate::error::Result;
 use crate::tapi::Driver;
 
@@ -35,6 +35,13 @@ pub fn promoters<D: Driver>(cfg: &OsConfig) -> Vec<Box<dyn Promoter<D>>> {
     let mut v: Vec<Box<dyn Promoter<D>>> = Vec::new();
     if let Some(k) = Khugepaged::configured(cfg) {
         v.push(Box::new(k));
+    }
+    // Leshy decides before CoalaKhugepaged acts on its hints in the same epoch.
+    if let Some(l) = LeshyOnline::configured(cfg) {
+        v.push(Box::new(l));
+    }
+    if let Some(c) = CoalaKhugepaged::configured(cfg) {
+        v.push(Box::new(c));
     }
     v
 }

@@ -98,6 +98,8 @@ struct Core<D: Driver> {
     quantum_left: i64,
     cycles: f64,
     stats: CoreStats,
+    /// Operations until the walk sampler's next sample.
+    sample_left: u32,
 }
 
 /// Everything an access touches except the core running it.
@@ -106,6 +108,23 @@ struct Engine<D: Driver, T: TimingModel> {
     mem: MemHierarchy,
     timing: T,
     pipe: Pipeline,
+    sampler: Option<Sampler>,
+}
+
+/// ARM SPE as Leshy uses it (reference elastic-translations.md §4.1): one operation in every
+/// `period` is sampled, the interval jittered (SPE's `jitter=1`), and a sample is kept only if
+/// the operation's translation walked (the "TLB walk" event filter), with its translation latency.
+struct Sampler {
+    period: u32,
+    rng: crate::rng::Rng,
+}
+
+impl Sampler {
+    /// The next interval: `period` ± 1/16 of it (SPE randomizes the low bits of its counter).
+    fn interval(&mut self) -> u32 {
+        let j = (self.period / 8).max(1) as u64;
+        self.period - self.period / 16 + self.rng.below(j) as u32
+    }
 }
 
 /// What a run produced.
@@ -151,6 +170,15 @@ pub fn run(design: &Design, cfg: &Config, traces: &[PathBuf], progress: bool) ->
 /// ([`AccessSource::threads`], which may grow during the run) is a stream of its own, the
 /// streams spread over the cores round-robin.
 pub fn run_inputs(design: &Design, cfg: &Config, inputs: &[TraceInput], progress: bool) -> Result<RunOutput> {
+    if let Some(profile) = profile_config(cfg) {
+        let sources = inputs.iter().map(|i| Ok((i.name(), trace::open_input(i)?))).collect::<Result<Vec<_>>>()?;
+        return with_profiled_hints(
+            profile,
+            cfg,
+            |c| run_sources(design, c, sources, progress),
+            |c| run_inputs(design, c, inputs, progress),
+        );
+    }
     let sources = inputs.iter().map(|i| Ok((i.name(), trace::open_input(i)?))).collect::<Result<Vec<_>>>()?;
     run_sources(design, cfg, sources, progress)
 }
@@ -158,6 +186,17 @@ pub fn run_inputs(design: &Design, cfg: &Config, inputs: &[TraceInput], progress
 /// Like [`run_inputs`], with access sources the caller opened, each named for the results.
 /// With no sources the configured workload runs.
 pub fn run_sources(design: &Design, cfg: &Config, sources: Vec<(String, Box<dyn AccessSource>)>, progress: bool) -> Result<RunOutput> {
+    if let Some(profile) = profile_config(cfg) {
+        if !sources.is_empty() {
+            return Err(Error::config("os.leshy.hints", "offline Leshy on already opened traces needs a hint file"));
+        }
+        return with_profiled_hints(
+            profile,
+            cfg,
+            |c| run_sources(design, c, Vec::new(), progress),
+            |c| run_sources(design, c, Vec::new(), progress),
+        );
+    }
     // The one dispatch of a run: everything below is monomorphised for the driver (for a
     // nested design, for the guest and host drivers).
     if let Some(n) = design.nested {
@@ -180,6 +219,42 @@ pub fn run_sources(design: &Design, cfg: &Config, sources: Vec<(String, Box<dyn 
         };
     }
     crate::arch::registry!(dispatch)
+}
+
+/// For offline Leshy without a hint file: the profiling run that writes one (reference
+/// elastic-translations.md §4.1: the artifact samples a run with THP off; here also without
+/// CoalaPaging or promotion, so the samples are the 4 KiB-page misses). `None` otherwise.
+fn profile_config(cfg: &Config) -> Option<Config> {
+    use crate::os::{CoalaPaging, LeshyMode, ThpMode};
+    if cfg.os.leshy.mode != LeshyMode::Offline || !cfg.os.leshy.hints.is_empty() {
+        return None;
+    }
+    let mut p = cfg.clone();
+    p.os.leshy.mode = LeshyMode::Off;
+    p.os.thp = ThpMode::Never;
+    p.os.coala.paging = CoalaPaging::Off;
+    p.os.coala.khugepaged = false;
+    p.sim.checked = false;
+    Some(p)
+}
+
+/// Runs `profile` writing its hints to a scratch file, then `main` with `cfg` reading them.
+fn with_profiled_hints(
+    mut profile: Config,
+    cfg: &Config,
+    run_profile: impl FnOnce(&Config) -> Result<RunOutput>,
+    run_main: impl FnOnce(&Config) -> Result<RunOutput>,
+) -> Result<RunOutput> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("xlate-leshy-{}-{n}.hints", std::process::id()));
+    let path_s = path.to_string_lossy().into_owned();
+    profile.os.leshy.write_hints = path_s.clone();
+    let mut main = cfg.clone();
+    main.os.leshy.hints = path_s;
+    let r = run_profile(&profile).and_then(|_| run_main(&main));
+    let _ = std::fs::remove_file(&path);
+    r
 }
 
 fn not_nestable(driver: &str) -> Error {
@@ -274,6 +349,7 @@ fn run_with<D: Driver>(
             quantum_left: cfg.sim.quantum_instrs as i64,
             cycles: 0.0,
             stats: CoreStats::default(),
+            sample_left: os.sampling_period().unwrap_or(1),
         })
         .collect();
     for (i, _) in streams.iter().enumerate() {
@@ -281,11 +357,13 @@ fn run_with<D: Driver>(
     }
     let side = os.driver.side().map(|s| s.side_timing());
     let overlap = Overlap::new(cfg.mmu.l2_parallel_walk, cfg.mmu.side_parallel, side);
+    let sampling = os.sampling_period();
     let mut eng = Engine {
         os,
         mem: MemHierarchy::new(&cfg.mem, cfg.cores, cfg.core.ghz),
         timing: Additive::new(cfg),
         pipe: Pipeline::new(cfg.mmu.walker_entry, overlap, cfg.mmu.l1_pieces),
+        sampler: sampling.map(|period| Sampler { period, rng: crate::rng::Rng::new(cfg.seed ^ 0x5be) }),
     };
     let setup_s = started.elapsed().as_secs_f64();
     let interrupted = match (cfg.mmu.perfect_tlb, cfg.sim.checked) {
@@ -293,6 +371,7 @@ fn run_with<D: Driver>(
         (false, true) => access_loop::<D, Checked>(&mut eng, &mut cores, &mut streams, &mut sources, cfg, design.name, show_progress)?,
         (false, false) => access_loop::<D, Fast>(&mut eng, &mut cores, &mut streams, &mut sources, cfg, design.name, show_progress)?,
     };
+    eng.os.finish()?;
     let mut sum = CoreStats::default();
     for c in &cores {
         merge_core(&mut sum, &c.stats, &c.mmu.stats);
@@ -388,7 +467,8 @@ fn access_loop<D: Driver, M: Mode>(
         if total >= next_epoch || total >= limit {
             next_epoch = total + cfg.sim.epoch_accesses;
             eng.mem.sample_epoch();
-            let now_ms = cores.iter().map(|c| c.cycles).fold(0.0, f64::max) * ms_per_cycle;
+            // The policies' clock (os.time_scale): every background interval is measured on it.
+            let now_ms = cores.iter().map(|c| c.cycles).fold(0.0, f64::max) * ms_per_cycle * cfg.os.time_scale;
             let before = eng.os.cycles(OsPath::Promote);
             eng.os.now = cores.iter().map(|c| c.cycles).fold(0.0, f64::max);
             eng.os.tick(now_ms)?;
@@ -535,8 +615,22 @@ fn step<D: Driver, T: TimingModel, M: Mode>(eng: &mut Engine<D, T>, core: &mut C
         AccessKind::Fetch => s.fetches += 1,
     }
     let fetch = a.kind == AccessKind::Fetch;
+    // The walk sampler: one countdown per access when a policy samples, nothing otherwise.
+    let sampled = match eng.sampler.as_mut() {
+        Some(sm) => {
+            core.sample_left -= 1;
+            (core.sample_left == 0).then(|| {
+                core.sample_left = sm.interval();
+                core.mmu.stats.walk.walks
+            })
+        }
+        None => None,
+    };
     let (t, tcycles) =
         eng.pipe.translate::<D, Os<D>, M>(&mut eng.os, &mut eng.mem, &mut core.mmu, cid, a.asid, a.vaddr, fetch, &mut core.cycles)?;
+    if sampled.is_some_and(|w| core.mmu.stats.walk.walks > w) {
+        eng.os.record_walk_sample(a.asid, a.vaddr, tcycles);
+    }
     let (dlat, _) = eng.mem.access(cid, t.paddr(a.vaddr), false, a.kind == AccessKind::Store, Level::L1);
     // One evaluation of the timing model per access, split so data stalls are reported.
     let stall = eng.timing.data_stall(dlat);

@@ -643,6 +643,22 @@ impl PhysMem {
         }
     }
 
+    /// Splits the allocated block `[pfn, pfn + 2^order)` into 2^(order − into) allocated blocks of
+    /// order `into`, each freed on its own later (Linux's `split_page`; a 32 MiB promotion maps
+    /// its order-13 block as sixteen 2 MiB pages). Err, with no change, if no block of `order` is
+    /// allocated at `pfn` or `into > order`.
+    pub fn split_allocated(&mut self, pfn: Pfn, order: u32, into: u32) -> Result<(), String> {
+        let p = pfn.0;
+        if into > order || order > self.top() || !bit_test(&self.heads[order as usize], p >> order) {
+            return Err(format!("split of order-{order} block at pfn {p:#x} into order {into}: no such allocated block"));
+        }
+        bit_clear(&mut self.heads[order as usize], p >> order);
+        for i in 0..1u64 << (order - into) {
+            bit_set(&mut self.heads[into as usize], (p >> into) + i);
+        }
+        Ok(())
+    }
+
     /// Frees a block previously allocated (by [`PhysMem::alloc`], [`PhysMem::alloc_at`],
     /// [`PhysMem::alloc_exact`] or [`PhysMem::alloc_in_group`]) with the same order, merging it with
     /// free buddies of either class up to the largest order; the result is a normal free block.
