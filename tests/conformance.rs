@@ -89,7 +89,13 @@ conformance! {
         Case { design: "utopia-thp", sets: &[UTOPIA_SMALL] },
         Case { design: "utopia", sets: &["arch.utopia.restsegs=[{size=\"4M\",page=\"4K\",ways=4,hash=\"xor\"}]"] },
     ];
-    arm64: Arm64 => [Case { design: "arm64-thp", sets: &[] }, Case { design: "arm64-cont", sets: &[] }];
+    arm64: Arm64 => [
+        Case { design: "arm64-thp", sets: &[] },
+        Case { design: "arm64-cont", sets: &[] },
+        Case { design: "et-greedy", sets: &[] },
+        Case { design: "arm64-mthp", sets: &[] },
+        Case { design: "arm64-hugetlb-64k", sets: &[] },
+    ];
 }
 
 /// Calls `$f::<Driver>(args)` for the driver registered as `$name`.
@@ -778,8 +784,9 @@ fn os_sequences<D: Registered>(what: &str, cfg: &Config, seed: u64) {
     assert!(st.faults() + st.eager_runs > 100 && st.unmaps > 20, "{what}: the sequence did little: {st:?}");
     let m2 = os.driver.leaf_sizes().contains(&PageSize::M2) && os.driver.can_map(WIN, PageSize::M2).is_ok();
     if m2 {
-        // Eager paging (RMM) maps advised VMAs with 2 MiB pages at mmap, not at faults.
-        assert!(st.faults_thp + st.eager_runs > 0 && st.promotions > 0, "{what}: no THP fault or promotion: {st:?}");
+        // Eager paging (RMM) maps advised VMAs with 2 MiB pages at mmap, HugeTLB at faults of
+        // its own kind.
+        assert!(st.faults_thp + st.eager_runs + st.faults_hugetlb > 0 && st.promotions > 0, "{what}: no THP fault or promotion: {st:?}");
     }
     if os.driver.leaf_sizes().contains(&PageSize::G1) && os.driver.can_map(WIN, PageSize::G1).is_ok() {
         assert!(st.faults_1g > 0, "{what}: no 1 GiB fault: {st:?}");

@@ -59,6 +59,35 @@ fn promotion_under_checked_mode() {
     assert!(metric(&r, "os_ops_promote") > 0.0);
 }
 
+/// Elastic Translations with THP off at fault: 4 KiB faults placed by CoalaPaging form 64 KiB
+/// groups at fault, online Leshy samples the walks and hints, and CoalaKhugepaged promotes hinted
+/// regions to 32 MiB (16 contiguous 2 MiB blocks) or 2 MiB while GUPS runs — groups formed by
+/// promotion replace groups broken by the removal of their pages. Checked mode fails the run on
+/// any stale TLB or walk-cache entry and on any contiguous group that breaks the ARMv8 rules.
+#[test]
+fn elastic_translations_under_checked_mode() {
+    let r = run(
+        "et",
+        &[
+            "workload.name=\"gups\"",
+            "workload.params.table=128M",
+            "workload.params.updates=150000",
+            "os.thp=never",
+            "sim.checked=true",
+            "sim.epoch_accesses=5000",
+            "os.leshy.period=16",
+            "os.leshy.interval_ms=1000",
+            "os.coala.sleep_ms=100",
+            "os.time_scale=1000",
+        ],
+    );
+    assert!(r.os.leshy_epochs > 2 && !r.os.leshy_mix.is_empty(), "Leshy decided: {:?}", r.os);
+    assert!(r.os.promotions_32m + r.os.promotions > 0, "CoalaKhugepaged promoted: {:?}", r.os);
+    let cont = &r.driver["cont"];
+    assert!(cont["formed_64k"].as_u64().unwrap() > 0 && cont["broken_64k"].as_u64().unwrap() > 0, "{cont}");
+    assert_eq!(r.core.checked, r.core.accesses);
+}
+
 /// Utopia with RestSegs small enough that pages are evicted to the FlexSeg at faults and migrated
 /// back by PTW tracking while GUPS runs: every RSW, FlexSeg walk and TLB hit is checked, so a
 /// missed shootdown or a TAR/radix disagreement fails the run.

@@ -130,6 +130,7 @@ macro_rules! nestable {
             radix => $crate::arch::radix::Radix,
             fpt => $crate::arch::fpt::Fpt,
             ecpt => $crate::arch::ecpt::Ecpt,
+            arm64 => $crate::arch::arm64::Arm64,
         }
     };
 }

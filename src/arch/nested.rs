@@ -139,7 +139,7 @@ pub struct Nesting {
 
 /// Drivers that can be a guest or a host of a 2-D walk. Utopia's RestSegs, RMM's ranges and
 /// POM-TLB are not nestable: their papers describe no nested form.
-pub const NESTABLE: &[&str] = &["radix", "fpt", "ecpt"];
+pub const NESTABLE: &[&str] = &["radix", "fpt", "ecpt", "arm64"];
 
 /// The design `guest@host`: checks both are nestable and builds the pair's entry (kept for the
 /// life of the program, like the built-in designs).

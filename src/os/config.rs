@@ -107,6 +107,10 @@ pub struct LeshyConfig {
     /// Sampling period in memory operations (SPE `-c 1024`), jittered; only operations whose
     /// translation walked are kept (SPE's "TLB walk" filter).
     pub period: u32,
+    /// Sampling period of the profiling run that writes offline hints when `hints` is empty.
+    /// Denser than SPE's 1024 because a simulated run is millions, not billions, of operations,
+    /// and Leshy needs many samples per TLB entry of budget to see the footprint (§4.4's mixes).
+    pub profile_period: u32,
     /// Policy milliseconds per online epoch (`epochs.sh … 5`).
     pub interval_ms: f64,
     /// TLB budget percent (online 70; offline hints use 100).
@@ -124,6 +128,7 @@ impl Default for LeshyConfig {
             hints: String::new(),
             write_hints: String::new(),
             period: 1024,
+            profile_period: 16,
             interval_ms: 5000.0,
             slack: 70,
             target: 100_000,
@@ -294,8 +299,8 @@ impl OsConfig {
         if !(self.leshy.interval_ms.is_finite() && self.leshy.interval_ms > 0.0) {
             return Err(Error::config("os.leshy.interval_ms", "must be a positive number of milliseconds"));
         }
-        if self.leshy.period < 16 {
-            return Err(Error::config("os.leshy.period", "must be at least 16 operations"));
+        if self.leshy.period < 2 || self.leshy.profile_period < 2 {
+            return Err(Error::config("os.leshy.period", "sampling periods must be at least 2 operations"));
         }
         if self.leshy.slack == 0 || self.leshy.target == 0 || self.leshy.tlb_entries == 0 {
             return Err(Error::config("os.leshy", "slack, target and tlb_entries must be positive"));

@@ -6,6 +6,7 @@
 //! interrupted study reports the findings whose runs finished.
 
 pub mod emt;
+pub mod et;
 pub mod utopia;
 
 use crate::arch;
@@ -55,7 +56,7 @@ pub struct Study {
 }
 
 /// Every study.
-pub static STUDIES: &[Study] = &[emt::STUDY, utopia::STUDY];
+pub static STUDIES: &[Study] = &[emt::STUDY, utopia::STUDY, et::STUDY];
 
 /// Finds a study.
 pub fn lookup(name: &str) -> Result<&'static Study> {

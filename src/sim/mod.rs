@@ -231,6 +231,7 @@ fn profile_config(cfg: &Config) -> Option<Config> {
     }
     let mut p = cfg.clone();
     p.os.leshy.mode = LeshyMode::Off;
+    p.os.leshy.period = cfg.os.leshy.profile_period;
     p.os.thp = ThpMode::Never;
     p.os.coala.paging = CoalaPaging::Off;
     p.os.coala.khugepaged = false;
