@@ -56,3 +56,27 @@ fn workload_mpki_ranking() {
     assert!(gups > 50.0 && bfs > 20.0, "gups {gups} bfs {bfs}");
     assert!(sysbench < 1.0, "sysbench {sysbench}");
 }
+
+/// Elastic Translations on the Altra machine (issue 11's check): over a table larger than the
+/// L2 TLB's reach with 2 MiB pages, THP leaves walks, ET's 32 MiB translations remove almost all
+/// of them, and both beat 4 KiB pages.
+#[test]
+fn et_leaves_fewer_walks_than_thp_on_altra() {
+    let run_altra = |design: &str| {
+        let sets: Vec<String> = SMALL
+            .iter()
+            .map(|s| s.to_string())
+            .chain(
+                ["os.memory=8G", "workload.name=\"gups\"", "workload.params.table=4G", "workload.params.updates=150000"].map(String::from),
+            )
+            .collect();
+        let d = xlate::arch::lookup(design).unwrap();
+        let cfg = xlate::config::Layers { preset: Some("altra".into()), file: None, sets }.resolve(Some(d)).unwrap();
+        xlate::sim::run(d, &cfg, &[], false).unwrap()
+    };
+    let (k4, thp, et) = (run_altra("arm64-4k"), run_altra("arm64-thp"), run_altra("et"));
+    assert!(thp.core.walk.walks * 10 > k4.core.walk.walks, "THP still walks: {} vs 4K {}", thp.core.walk.walks, k4.core.walk.walks);
+    assert!(et.core.walk.walks * 50 < thp.core.walk.walks, "ET walks {} vs THP {}", et.core.walk.walks, thp.core.walk.walks);
+    assert!(et.cycles < thp.cycles && thp.cycles < k4.cycles);
+    assert_eq!(et.driver["translations_by_size"]["32M"].as_u64(), Some(128));
+}
