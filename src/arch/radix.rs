@@ -456,6 +456,14 @@ impl Registered for Radix {
             nested: None,
         },
         Design {
+            name: "radix4-hawkeye",
+            description: "x86-64 4-level radix with Hawkeye (ASPLOS'19): THP at fault, 2 MiB promotion by access-coverage bins instead of khugepaged, asynchronous pre-zeroing",
+            driver: "radix",
+            arch: |a| a.radix.levels = 4,
+            settings: &["os.thp=always", "os.khugepaged.enabled=false", "os.hawkeye.enabled=true", "os.hawkeye.prezero=true"],
+            nested: None,
+        },
+        Design {
             name: "ideal",
             description: "perfect TLB: every translation hits the L1 TLB (radix4 tables kept by the OS)",
             driver: "radix",
