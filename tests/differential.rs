@@ -88,6 +88,38 @@ fn elastic_translations_under_checked_mode() {
     assert_eq!(r.core.checked, r.core.accesses);
 }
 
+/// Hawkeye (`arm64-hawkeye`) while GUPS runs: the table is populated with 4 KiB pages (THP
+/// `madvise`, advised only after initialisation, as in `promotion_under_checked_mode`), then
+/// short coverage windows clear accessed bits (updates and shootdowns) and wake-ups collapse the
+/// most accessed regions. Every access is checked, so a stale TLB or walk-cache entry fails the run.
+#[test]
+fn hawkeye_under_checked_mode() {
+    let sets = [
+        "workload.name=\"gups\"",
+        "workload.params.table=64M",
+        "workload.params.updates=300000",
+        "workload.params.populate=true",
+        "workload.params.madvise_huge=true",
+        "os.thp=madvise",
+        "sim.checked=true",
+        "sim.epoch_accesses=5000",
+        "os.hawkeye.window_ms=0.02",
+        "os.hawkeye.sleep_ms=0.01",
+        "os.hawkeye.promotions_per_wake=2",
+    ];
+    let r = run("arm64-hawkeye", &sets);
+    assert_eq!(r.core.checked, r.core.accesses, "every access checked");
+    assert_eq!(r.os.faults_thp, 0, "nothing advised at fault time");
+    assert!(r.os.hawkeye_windows > 0 && r.os.hawkeye_accessed_cleared > 0, "{:?}", r.os);
+    assert!(r.os.hawkeye_promotions > 0, "{:?}", r.os);
+    assert_eq!(r.os.promotions, r.os.hawkeye_promotions, "khugepaged is off");
+    assert!(r.os.shootdowns > r.os.hawkeye_promotions, "collapses and the windows' clears shoot down");
+    assert_eq!(r.coverage[xlate::addr::PageSize::M2.index()], r.os.hawkeye_promotions * (2 << 20));
+    assert!(metric(&r, "os_ops_promote") > 0.0);
+    let zeroed = r.os_cost.get(xlate::tapi::Path::Promote, xlate::tapi::Func::Zero, xlate::tapi::Event::Page);
+    assert_eq!(zeroed, 0, "collapses take pre-zeroed pages");
+}
+
 /// Utopia with RestSegs small enough that pages are evicted to the FlexSeg at faults and migrated
 /// back by PTW tracking while GUPS runs: every RSW, FlexSeg walk and TLB hit is checked, so a
 /// missed shootdown or a TAR/radix disagreement fails the run.

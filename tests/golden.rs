@@ -17,14 +17,22 @@ use serde_json::Value;
 use std::path::PathBuf;
 
 /// Two small workloads: random updates over a table populated up front (walks dominated by
-/// DRAM references), and BFS on an R-MAT graph (demand faults, khugepaged, pointer chasing);
+/// DRAM references), and BFS on an R-MAT graph (demand faults, khugepaged or Hawkeye, pointer
+/// chasing);
 /// GUPS once more with the serial MMU timing of the EMT and ChampSim presets (walk after the L2
 /// TLB and side lookups miss, walker references entering at the L2 cache) and a warm-up.
 const WORKLOADS: &[(&str, &[&str])] = &[
     ("gups", &["workload.name=\"gups\"", "workload.params.table=128M", "workload.params.updates=40000"]),
     (
         "bfs",
-        &["workload.name=\"bfs\"", "workload.params.footprint=64M", "workload.params.max_accesses=300000", "os.khugepaged.sleep_ms=0.05"],
+        &[
+            "workload.name=\"bfs\"",
+            "workload.params.footprint=64M",
+            "workload.params.max_accesses=300000",
+            "os.khugepaged.sleep_ms=0.05",
+            "os.hawkeye.window_ms=0.2",
+            "os.hawkeye.sleep_ms=0.05",
+        ],
     ),
     (
         "gups-serial",

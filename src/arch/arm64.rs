@@ -421,6 +421,7 @@ impl Registered for Arm64 {
         design("et-offline", "ET-offline: a previous run's Leshy hints (--set os.leshy.hints=FILE) drive fault placement and CoalaKhugepaged", ContMode::Et, &["os.thp=always", "os.khugepaged.enabled=false", "os.coala.paging=\"hinted\"", "os.coala.khugepaged=true", "os.leshy.mode=\"offline\"", "os.leshy.slack=100"]),
         design("et-no32m", "ET ablation: no 32 MiB translations (64 KiB and 2 MiB only)", ContMode::Et, &["os.thp=always", "os.khugepaged.enabled=false", "os.coala.paging=\"greedy\"", "os.coala.khugepaged=true", "os.coala.allow_32m=false", "os.leshy.mode=\"online\""]),
         design("et-nofaulthints", "ET-offline ablation: hints drive CoalaKhugepaged only; faults are greedy", ContMode::Et, &["os.thp=always", "os.khugepaged.enabled=false", "os.coala.paging=\"greedy\"", "os.coala.khugepaged=true", "os.leshy.mode=\"offline\"", "os.leshy.slack=100"]),
+        design("arm64-hawkeye", "Hawkeye (ASPLOS'19) as the ET artifact runs it: THP at fault, 2 MiB promotion ordered by access-coverage bins instead of khugepaged's scan, asynchronous pre-zeroing; no contiguous bit", ContMode::None, &["os.thp=always", "os.khugepaged.enabled=false", "os.hawkeye.enabled=true", "os.hawkeye.prezero=true"]),
         design("et-greedy", "ET ablation: greedy CoalaPaging and the contiguous bit, no asynchronous promotion (no Leshy, no khugepaged)", ContMode::Et, &["os.thp=always", "os.khugepaged.enabled=false", "os.coala.paging=\"greedy\""]),
     ];
 

@@ -66,7 +66,7 @@ impl<D: Driver> Os<D> {
         let mapped: u64 = objs.iter().map(|o| o.size.base_pages()).sum();
         self.cost.add_to(Func::Alloc, Event::Page, 1);
         self.cost.add_to(Func::Copy, Event::Page, mapped);
-        self.cost.add_to(Func::Zero, Event::Page, PageSize::M32.base_pages() - mapped);
+        self.zero_data(PageSize::M32.base_pages() - mapped);
         self.stats.promotion_bytes_copied += mapped * PageSize::K4.bytes();
         let prot = objs[0].prot;
         for o in &objs {
@@ -198,7 +198,7 @@ impl<D: Driver> Os<D> {
             }
         }?;
         self.cost.add_to(Func::Alloc, Event::Page, 1);
-        self.cost.add_to(Func::Zero, Event::Page, size.base_pages());
+        self.zero_data(size.base_pages());
         Some(pfn.addr())
     }
 

@@ -1,5 +1,5 @@
-//! The OS's configuration section (`os.*`): THP mode, khugepaged, fragmentation, costs, pools,
-//! migration and swap.
+//! The OS's configuration section (`os.*`): THP mode, khugepaged, Elastic Translations' and
+//! Hawkeye's policies, fragmentation, costs, pools, migration and swap.
 
 use super::eager;
 use super::placement::{MigrationConfig, SwapConfig};
@@ -75,6 +75,37 @@ pub struct CoalaConfig {
 impl Default for CoalaConfig {
     fn default() -> Self {
         CoalaConfig { paging: CoalaPaging::Off, khugepaged: false, sleep_ms: 1000.0, pages_to_scan: 8192, allow_32m: true }
+    }
+}
+
+/// Hawkeye (Panwar et al., ASPLOS'19) as ported in the Elastic Translations artifact
+/// (`os.hawkeye`, reference elastic-translations.md §5; the policy is [`super::hawkeye`]).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HawkeyeConfig {
+    /// Run Hawkeye's promoter: access-coverage bins order the 2 MiB collapses.
+    pub enabled: bool,
+    /// Policy milliseconds per access-coverage window: every window the accessed 4 KiB pages of
+    /// each registered 2 MiB region are counted and their accessed bits cleared (the port's
+    /// kbinmanager: 30 s).
+    pub window_ms: f64,
+    /// Policy milliseconds between promotion wake-ups (khugepaged's sleep in the artifact's
+    /// `env/hwk.env`: 1000).
+    pub sleep_ms: f64,
+    /// Most 2 MiB regions collapsed per wake-up: 8, the regions one wake-up of stock khugepaged
+    /// covers (its default `pages_to_scan` 4096 / 512), also the artifact's trace-driven
+    /// Hawkeye/PCC model's "up to 8 promotions per interval".
+    pub promotions_per_wake: u64,
+    /// Asynchronous pre-zeroing (Hawkeye's `asynczero`): faults, collapses and eager mappings get
+    /// data pages a background thread already zeroed, so they charge no zeroing. Independent of
+    /// `enabled` (with THP alone it is the pre-zeroing-only ablation). The thread's own work is
+    /// not charged to the run: it runs on an otherwise idle core (docs/os-model.md).
+    pub prezero: bool,
+}
+
+impl Default for HawkeyeConfig {
+    fn default() -> Self {
+        HawkeyeConfig { enabled: false, window_ms: 30_000.0, sleep_ms: 1000.0, promotions_per_wake: 8, prezero: false }
     }
 }
 
@@ -201,6 +232,8 @@ pub struct OsConfig {
     pub coala: CoalaConfig,
     /// Leshy's size hints.
     pub leshy: LeshyConfig,
+    /// Hawkeye's access-coverage promotion and asynchronous pre-zeroing.
+    pub hawkeye: HawkeyeConfig,
     /// Fragmentation before the run.
     pub fragmentation: FragConfig,
     /// Cycles per counted OS event.
@@ -243,6 +276,7 @@ impl Default for OsConfig {
             mthp: false,
             coala: CoalaConfig::default(),
             leshy: LeshyConfig::default(),
+            hawkeye: HawkeyeConfig::default(),
             fragmentation: FragConfig::default(),
             costs: OsCostModel::default(),
             fault_trap_cycles: 1000.0,
@@ -298,6 +332,11 @@ impl OsConfig {
         }
         if !(self.leshy.interval_ms.is_finite() && self.leshy.interval_ms > 0.0) {
             return Err(Error::config("os.leshy.interval_ms", "must be a positive number of milliseconds"));
+        }
+        for (key, ms) in [("os.hawkeye.window_ms", self.hawkeye.window_ms), ("os.hawkeye.sleep_ms", self.hawkeye.sleep_ms)] {
+            if !(ms.is_finite() && ms > 0.0) {
+                return Err(Error::config(key, "must be a positive number of milliseconds"));
+            }
         }
         if self.leshy.period < 2 || self.leshy.profile_period < 2 {
             return Err(Error::config("os.leshy.period", "sampling periods must be at least 2 operations"));

@@ -200,7 +200,7 @@ impl<D: Driver> Os<D> {
                 }
             }
             self.cost.add_to(Func::Alloc, Event::Page, aligned_blocks(pc.pfn, pc.pages, top));
-            self.cost.add_to(Func::Zero, Event::Page, pc.pages);
+            self.zero_data(pc.pages);
         }
         for pc in &pieces {
             let first = TObj::new(pc.va, Pfn(pc.pfn).addr(), pc.size, vma.prot);

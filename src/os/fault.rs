@@ -5,7 +5,19 @@ use super::*;
 impl<D: Driver> Os<D> {
     /// Handles a page fault at `va`: maps the page (THP, 1 GiB pool or 4 KiB) through the
     /// translation API. Returns the new translation.
+    ///
+    /// With Hawkeye on, a fault that maps less than 2 MiB registers its 2 MiB region for access
+    /// tracking (the port's `add_ohp_bin` at fault; regions mapped whole at fault have nothing to
+    /// promote, and Hawkeye would drop them at its first window).
     pub fn fault(&mut self, asid: u16, va: u64) -> Result<Translation> {
+        let t = self.map_fault(asid, va)?;
+        if hawkeye::active(&self.cfg) && t.size < PageSize::M2 {
+            self.hawkeye_new.insert((asid, PageSize::M2.align_down(va)));
+        }
+        Ok(t)
+    }
+
+    fn map_fault(&mut self, asid: u16, va: u64) -> Result<Translation> {
         self.cost.set_path(Path::Fault);
         let vma =
             self.vma(asid, va).ok_or_else(|| Error::Check(format!("segmentation fault: ASID {asid} touched unmapped address {va:#x}")))?;
@@ -30,7 +42,7 @@ impl<D: Driver> Os<D> {
                 if let Some(pfn) = self.hugetlb.take(&mut self.phys) {
                     // hugetlb_no_page: allocate (or take from the pool) and clear the page.
                     self.cost.add_to(Func::Alloc, Event::Page, 1);
-                    self.cost.add_to(Func::Zero, Event::Page, size.base_pages());
+                    self.zero_data(size.base_pages());
                     self.install(asid, base, pfn.addr(), size, vma.prot)?;
                     self.stats.faults_hugetlb += 1;
                     return Ok(Translation { pbase: pfn.addr(), size });
@@ -99,7 +111,7 @@ impl<D: Driver> Os<D> {
     pub(super) fn alloc_data(&mut self, order: u32) -> Option<Pfn> {
         let pfn = self.phys.alloc(order)?;
         self.cost.add_to(Func::Alloc, Event::Page, 1);
-        self.cost.add_to(Func::Zero, Event::Page, 1 << order);
+        self.zero_data(1 << order);
         Some(pfn)
     }
 
@@ -108,7 +120,7 @@ impl<D: Driver> Os<D> {
         match self.pools.take_2m() {
             Some(pfn) => {
                 self.cost.add_to(Func::Alloc, Event::Page, 1);
-                self.cost.add_to(Func::Zero, Event::Page, 512);
+                self.zero_data(512);
                 Some(pfn)
             }
             None => self.alloc_data(9),

@@ -126,7 +126,7 @@ impl<D: Driver> Os<D> {
         self.cost.add_to(Func::Alloc, Event::Page, 1);
         self.cost.add_to(Func::Copy, Event::Page, small.len() as u64);
         self.stats.promotion_bytes_copied += small.len() as u64 * PageSize::K4.bytes();
-        self.cost.add_to(Func::Zero, Event::Page, 512 - small.len() as u64);
+        self.zero_data(512 - small.len() as u64);
         for o in &small {
             self.api(asid, Func::Remove, |d, s, env| d.remove(s, o.va, o.size, env));
             self.procs[asid as usize].truth.remove(o.va, o.size);

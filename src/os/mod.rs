@@ -9,6 +9,7 @@ mod coala;
 mod config;
 pub mod eager;
 mod fault;
+pub mod hawkeye;
 mod host;
 pub mod hugetlb;
 mod khugepaged;
@@ -20,6 +21,7 @@ pub mod truth;
 
 pub use coala::{CoalaKhugepaged, HintSet, LeshyOnline, Promote32};
 pub use config::*;
+pub use hawkeye::Hawkeye;
 pub use host::ProcVm;
 
 pub use placement::{MigrationConfig, SwapConfig};
@@ -33,7 +35,7 @@ use crate::tapi::{prot, Event, Func, OsCost, Path, Placement, Shootdown, TObj, T
 use crate::workload::{HugeAdvice, MapFlags, Vm};
 use phys::PhysMem;
 use policy::{MapPolicy, Promoter};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use truth::{IntMap, Truth};
 
 /// A virtual memory area.
@@ -82,9 +84,9 @@ pub struct OsStats {
     pub thp_fallback_driver: u64,
     /// 1 GiB wanted but the pool was empty.
     pub hugetlb_fallback: u64,
-    /// khugepaged collapses.
+    /// 2 MiB collapses (khugepaged, Hawkeye, CoalaKhugepaged's per-2 MiB fallback).
     pub promotions: u64,
-    /// khugepaged collapses that failed for lack of a 2 MiB block.
+    /// Collapses that failed for lack of a 2 MiB block.
     pub promotion_failures: u64,
     /// khugepaged wake-ups.
     pub khugepaged_scans: u64,
@@ -104,6 +106,13 @@ pub struct OsStats {
     pub leshy_samples: u64,
     /// Hint sets loaded: the number of 64K, 2M and 32M hints of each, in order.
     pub leshy_mix: Vec<[u64; 3]>,
+    /// Hawkeye's access-coverage windows (each counts and clears the accessed bits of every
+    /// registered 2 MiB region).
+    pub hawkeye_windows: u64,
+    /// Hawkeye's collapses (included in `promotions`).
+    pub hawkeye_promotions: u64,
+    /// Accessed bits Hawkeye's windows cleared (one translation update each).
+    pub hawkeye_accessed_cleared: u64,
     /// 32 MiB promotions (CoalaKhugepaged: one order-13 block mapped as 16 contiguous 2 MiB).
     pub promotions_32m: u64,
     /// 32 MiB promotions that fell back to collapsing each 2 MiB region.
@@ -199,6 +208,9 @@ pub struct Os<D: Driver> {
     samples: Vec<Vec<leshy::LeshySample>>,
     /// Every sample of the run, for `os.leshy.write_hints`.
     all_samples: Vec<(u16, leshy::LeshySample)>,
+    /// 2 MiB regions faulted into since Hawkeye last looked, (ASID, base): its registrations
+    /// (kept only while Hawkeye runs: `os.hawkeye.enabled` with THP).
+    hawkeye_new: BTreeSet<(u16, u64)>,
     /// Cursor of [`Os::khugepaged_scan`].
     khuge_cursor: (usize, u64),
     stale_wc: Vec<(u64, u64)>,
@@ -254,6 +266,7 @@ impl<D: Driver> Os<D> {
             hints: Vec::new(),
             samples: Vec::new(),
             all_samples: Vec::new(),
+            hawkeye_new: BTreeSet::new(),
             khuge_cursor: (0, 0),
             stale_wc: Vec::new(),
             busy: IntMap::default(),
@@ -385,6 +398,15 @@ impl<D: Driver> Os<D> {
             return self.hugetlb.give_back(&mut self.phys, Pfn::containing(pa), self.cfg.hugetlb_pool > 0);
         }
         self.phys.free(Pfn::containing(pa), size.order()).map_err(Error::Check)
+    }
+
+    /// Charges the zeroing of `pages` 4 KiB units of new data pages, unless a background thread
+    /// pre-zeroed free memory (`os.hawkeye.prezero`). Translation-structure pages are zeroed by
+    /// [`TdbEnv::alloc_table`] regardless.
+    fn zero_data(&mut self, pages: u64) {
+        if !self.cfg.hawkeye.prezero {
+            self.cost.add_to(Func::Zero, Event::Page, pages);
+        }
     }
 
     fn shootdown(&mut self, asid: u16, start: u64, end: u64) {

@@ -81,7 +81,7 @@ impl<D: Driver> Os<D> {
                     self.evict(v)?;
                 }
                 self.cost.add_to(Func::Alloc, Event::Page, 1);
-                self.cost.add_to(Func::Zero, Event::Page, size.base_pages());
+                self.zero_data(size.base_pages());
                 Ok(Some(pa))
             }
         }

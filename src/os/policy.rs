@@ -1,5 +1,5 @@
 //! OS policies as plug-ins: the OS is configured with a list of each kind and calls them at
-//! their points — promoters at every epoch (khugepaged; next CoalaKhugepaged, Hawkeye, Leshy),
+//! their points — promoters at every epoch (khugepaged, Leshy, CoalaKhugepaged, Hawkeye),
 //! map policies when a process maps memory (RMM's eager paging). Each policy works through the
 //! OS's mechanisms (`collapse`, `eager_map`, the translation API), so its costs are counted like
 //! any other OS work. Driver-side policies (Utopia's RestSeg placement and PTW-tracking
@@ -9,7 +9,7 @@
 //! `os.*`, and one line in [`promoters`] or [`map_policies`].
 
 use super::khugepaged::Khugepaged;
-use super::{CoalaKhugepaged, LeshyOnline, Os, OsConfig, Vma};
+use super::{CoalaKhugepaged, Hawkeye, LeshyOnline, Os, OsConfig, Vma};
 use crate::error::Result;
 use crate::tapi::Driver;
 
@@ -42,6 +42,9 @@ pub fn promoters<D: Driver>(cfg: &OsConfig) -> Vec<Box<dyn Promoter<D>>> {
     }
     if let Some(c) = CoalaKhugepaged::configured(cfg) {
         v.push(Box::new(c));
+    }
+    if let Some(h) = Hawkeye::configured(cfg) {
+        v.push(Box::new(h));
     }
     v
 }

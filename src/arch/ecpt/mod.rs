@@ -39,7 +39,7 @@ mod walk;
 
 pub use config::EcptConfig;
 
-use super::x86pte::{decode, encode, ADDR_MASK, PRESENT};
+use super::x86pte::{decode, encode, ACCESSED, ADDR_MASK, PRESENT};
 use super::{no_arch_change, ArchConfig, Design, Registered};
 use crate::addr::PageSize;
 use crate::error::{Error, Result};

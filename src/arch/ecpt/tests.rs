@@ -310,6 +310,28 @@ fn optimized_iterators_equal_the_generic_ones_and_cost_less() {
 }
 
 #[test]
+fn walks_set_the_accessed_bit() {
+    let mut r = Ecpt::new(&EcptConfig::emt(), 5);
+    let (mut ph, mut cost) = (phys(), OsCost::default());
+    let mut env = TdbEnv { phys: &mut ph, cost: &mut cost };
+    let mut s = r.create_space(7, &mut env).unwrap();
+    let (a, b) = (0x4020_3000u64, 0x1_8060_0000u64);
+    r.update(&mut s, &TObj::new(a, 0x9000, PageSize::K4, prot::RW), &mut env).unwrap();
+    r.update(&mut s, &TObj::new(a + 0x1000, 0xa000, PageSize::K4, prot::RW), &mut env).unwrap();
+    r.update(&mut s, &TObj::new(b, 0x20_0000, PageSize::M2, prot::RW), &mut env).unwrap();
+    let mut wc = r.new_walk_cache();
+    for va in [a + 0x10, b + 0x1234] {
+        assert!(!r.find(&mut s, va, &mut env).unwrap().accessed);
+        r.walk(&mut s, &mut wc, 7, va, &mut WalkPlan::default()).unwrap();
+        assert!(r.find(&mut s, va, &mut env).unwrap().accessed);
+    }
+    assert!(!r.find(&mut s, a + 0x1000, &mut env).unwrap().accessed, "only the PTE walked, not its cluster");
+    let o = r.find(&mut s, a, &mut env).unwrap();
+    r.update(&mut s, &TObj { accessed: false, ..o }, &mut env).unwrap();
+    assert_eq!(r.find(&mut s, a, &mut env).unwrap(), TObj::new(a, 0x9000, PageSize::K4, prot::RW));
+}
+
+#[test]
 fn walk_plans_use_the_walk_caches() {
     let mut r = Ecpt::new(&EcptConfig::emt(), 5);
     let (mut ph, mut cost) = (phys(), OsCost::default());

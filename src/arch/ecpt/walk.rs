@@ -119,7 +119,8 @@ impl Driver for Ecpt {
                     if id != EMPTY {
                         let l = t.line(id);
                         if l.tag == tag && l.data[j] & PRESENT != 0 {
-                            found = Some((plan.refs.len(), Translation { pbase: l.data[j] & ADDR_MASK & !size.offset_mask(), size }));
+                            let t = Translation { pbase: l.data[j] & ADDR_MASK & !size.offset_mask(), size };
+                            found = Some((plan.refs.len(), t, (i, id, j)));
                         }
                     }
                     plan.push(a.paddr(slot), step, false);
@@ -129,7 +130,11 @@ impl Driver for Ecpt {
         let n = (plan.refs.len() - start) as u64;
         self.c.probes += n;
         match found {
-            Some((k, tr)) => {
+            Some((k, tr, (i, id, j))) => {
+                // The walker sets the accessed bit of the PTE it used (x86 format, as radix's walk).
+                if let Some(t) = s.tables[i].as_mut() {
+                    t.line_mut(id).data[j] |= ACCESSED;
+                }
                 plan.refs[k].needed = true;
                 self.c.probes_needed += 1;
                 Some(tr)
