@@ -110,6 +110,22 @@ pub struct TlbStats {
 /// overflow bucket holding the maximum.
 pub const LAT_BUCKETS: usize = 4096;
 
+/// The value at quantile `q` of a histogram of `n` samples (one bucket per cycle).
+fn hist_quantile(hist: &[u64; LAT_BUCKETS + 1], n: u64, q: f64) -> u64 {
+    if n == 0 {
+        return 0;
+    }
+    let target = ((n as f64) * q).ceil().max(1.0) as u64;
+    let mut acc = 0;
+    for (i, &c) in hist.iter().enumerate() {
+        acc += c;
+        if acc >= target {
+            return i as u64;
+        }
+    }
+    LAT_BUCKETS as u64
+}
+
 /// Walker statistics.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WalkStats {
@@ -131,6 +147,8 @@ pub struct WalkStats {
     pub host_refs_by_level: [u64; 4],
     /// Critical-path cycles of 2-D walk steps whose slowest needed reference was a host one.
     pub host_latency_sum: u64,
+    /// Histogram of those cycles per walk (the host part of each 2-D walk; 0 natively).
+    pub host_hist: Box<[u64; LAT_BUCKETS + 1]>,
     /// Walk-cache hits / misses.
     pub wc_hits: u64,
     /// Walk-cache misses.
@@ -149,6 +167,7 @@ impl Default for WalkStats {
             refs_by_level: [0; 4],
             host_refs_by_level: [0; 4],
             host_latency_sum: 0,
+            host_hist: Box::new([0; LAT_BUCKETS + 1]),
             wc_hits: 0,
             wc_misses: 0,
         }
@@ -158,18 +177,12 @@ impl Default for WalkStats {
 impl WalkStats {
     /// Latency at quantile `q` (0..1), from the histogram.
     pub fn quantile(&self, q: f64) -> u64 {
-        if self.walks == 0 {
-            return 0;
-        }
-        let target = ((self.walks as f64) * q).ceil().max(1.0) as u64;
-        let mut acc = 0;
-        for (i, &c) in self.hist.iter().enumerate() {
-            acc += c;
-            if acc >= target {
-                return i as u64;
-            }
-        }
-        LAT_BUCKETS as u64
+        hist_quantile(&self.hist, self.walks, q)
+    }
+
+    /// Host part of the 2-D walk latency at quantile `q` (0..1).
+    pub fn host_quantile(&self, q: f64) -> u64 {
+        hist_quantile(&self.host_hist, self.walks, q)
     }
 
     /// Adds `o` into `self`.
@@ -177,6 +190,9 @@ impl WalkStats {
         self.walks += o.walks;
         self.latency_sum += o.latency_sum;
         for (a, b) in self.hist.iter_mut().zip(o.hist.iter()) {
+            *a += b;
+        }
+        for (a, b) in self.host_hist.iter_mut().zip(o.host_hist.iter()) {
             *a += b;
         }
         self.refs += o.refs;
@@ -236,6 +252,7 @@ pub fn time_walk(plan: &WalkPlan, mem: &mut MemHierarchy, core: usize, entry: Wa
         WalkerEntry::L2 => Level::L2,
     };
     let mut lat = plan.fixed_cycles;
+    let mut host_lat = 0u64;
     let refs = &plan.refs;
     let mut i = 0;
     while i < refs.len() {
@@ -260,12 +277,14 @@ pub fn time_walk(plan: &WalkPlan, mem: &mut MemHierarchy, core: usize, entry: Wa
         if needed {
             stats.serial_steps += 1;
             if host {
-                stats.host_latency_sum += step_lat as u64;
+                host_lat += step_lat as u64;
             }
         }
         lat += step_lat;
     }
     stats.walks += 1;
+    stats.host_latency_sum += host_lat;
+    stats.host_hist[(host_lat as usize).min(LAT_BUCKETS)] += 1;
     stats.latency_sum += lat as u64;
     stats.hist[(lat as usize).min(LAT_BUCKETS)] += 1;
     stats.refs += refs.len() as u64;

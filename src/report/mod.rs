@@ -58,6 +58,8 @@ pub fn metrics(r: &RunOutput) -> Vec<Metric> {
     add("walk_latency_p99", w.quantile(0.99) as f64, "cycles");
     // Nested runs: the share of the walk's memory steps that waited for host references.
     add("walk_latency_host_avg", per(w.host_latency_sum as f64, walks), "cycles");
+    add("walk_latency_host_p50", w.host_quantile(0.5) as f64, "cycles");
+    add("walk_latency_host_p99", w.host_quantile(0.99) as f64, "cycles");
     add("walk_refs", w.refs as f64, "refs");
     add("walk_refs_per_walk", per(w.refs as f64, walks), "refs/walk");
     add("walk_refs_unfiltered", w.refs_unfiltered as f64, "refs");
