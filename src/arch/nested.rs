@@ -82,6 +82,10 @@ fn host_sizes(os: &OsConfig) -> Vec<PageSize> {
     if os.hugetlb_1g > 0 {
         v.push(PageSize::G1);
     }
+    if os.hugetlb_size != PageSize::K4 && !v.contains(&os.hugetlb_size) {
+        v.push(os.hugetlb_size);
+    }
+    v.sort();
     v
 }
 
@@ -277,7 +281,9 @@ impl<G: Driver, H: Driver> Nested<G, H> {
             plan.fixed_cycles += ntlb.latency;
             if let Some(t) = ntlb.lookup(VM, gpa) {
                 self.stats.ntlb_hits += 1;
-                if plan.checked && self.host.truth(VM, self.base + gpa) != Some(t) {
+                // The frame of this address, as checked mode compares: the entry may be a piece of
+                // a larger host page (a contiguous group the nested TLB holds at its entry size).
+                if plan.checked && self.host.truth(VM, self.base + gpa).map(|h| h.paddr(self.base + gpa)) != Some(t.paddr(gpa)) {
                     plan.violation = Some("stale nested-TLB entry");
                 }
                 return Some((t.paddr(gpa), t.size, step));
