@@ -200,8 +200,11 @@ fn run_designs(names: &[String], opts: &RunOpts) -> Result<()> {
         }
     }
     if !runs.is_empty() {
+        // Files first: a reader that closes stdout early (`| head`) ends the process at the
+        // table (SIGPIPE), and the results must be on disk by then.
+        let written = write_outputs(&runs, opts);
         print!("{}", report::table(&runs));
-        write_outputs(&runs, opts)?;
+        written?;
     }
     match failure {
         Some(e) => Err(e),
@@ -338,12 +341,14 @@ fn real_main() -> Result<()> {
                 return Ok(());
             }
             let out = xlate::reproduce::run(xlate::reproduce::lookup(&study)?, &sets, !quiet)?;
+            // Files first, as for `run` (see `run_designs`).
+            let written = match json {
+                Some(p) => std::fs::write(&p, serde_json::to_string_pretty(&out.json).expect("json") + "\n")
+                    .map_err(|e| Error::io(p.display().to_string(), e)),
+                None => Ok(()),
+            };
             print!("{}", out.table);
-            if let Some(p) = json {
-                std::fs::write(&p, serde_json::to_string_pretty(&out.json).expect("json") + "\n")
-                    .map_err(|e| Error::io(p.display().to_string(), e))?;
-            }
-            Ok(())
+            written
         }
         Cmd::Trace { out, fetches, max_accesses, program } => trace_program(out, fetches, max_accesses, program),
         Cmd::TraceInfo { file, limit } => {
@@ -377,6 +382,14 @@ fn real_main() -> Result<()> {
 }
 
 fn main() -> ExitCode {
+    // A closed stdout (`xlate workloads | head -5`) ends the process quietly, as Unix tools do,
+    // instead of panicking in `println!` (Rust ignores SIGPIPE by default). Result files are
+    // written before anything is printed, so nothing is lost.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of one signal before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     match real_main() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -111,3 +111,28 @@ fn run_writes_json_and_csv_with_units() {
     assert_eq!(csv.lines().count(), 3);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A reader that closes stdout early (`xlate workloads | head -5`) ends xlate quietly, and a
+/// run's result files are written before its table is printed (issue 14, item 4).
+#[test]
+fn a_closed_stdout_ends_quietly_without_losing_results() {
+    use std::process::Stdio;
+    let dir = std::env::temp_dir().join(format!("xlate-cli-pipe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("r.json");
+    let runs: [Vec<&str>; 2] = [
+        vec!["workloads"],
+        vec!["run", "-q", "--set", "workload.params.table=64M", "--set", "workload.params.updates=20000", "--json", json.to_str().unwrap()],
+    ];
+    for args in runs {
+        let mut child =
+            Command::new(env!("CARGO_BIN_EXE_xlate")).args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        drop(child.stdout.take()); // the reader goes away before anything is printed
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");
+    }
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r["design"], "radix4");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
