@@ -304,10 +304,7 @@ impl<G: Driver, H: Driver> Nested<G, H> {
                 plan.push_host(h.paddr, step.saturating_add(h.step), needed && h.needed);
                 last = Some(last.map_or(h.step, |l: u8| l.max(h.step)));
             }
-            plan.fixed_cycles += hplan.fixed_cycles;
-            plan.unfiltered += hplan.unfiltered;
-            plan.wc_hits += hplan.wc_hits;
-            plan.wc_misses += hplan.wc_misses;
+            plan.add_counts(hplan);
             self.stats.host_refs += hplan.refs.len() as u64;
             self.stats.host_unfiltered += hplan.unfiltered as u64;
             if let Some(l) = last {
@@ -522,10 +519,7 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
         if gplan.violation.is_some() {
             plan.violation = gplan.violation;
         }
-        plan.fixed_cycles += gplan.fixed_cycles;
-        plan.unfiltered += gplan.unfiltered;
-        plan.wc_hits += gplan.wc_hits;
-        plan.wc_misses += gplan.wc_misses;
+        plan.add_counts(&gplan);
         self.stats.guest_refs += gplan.refs.len() as u64;
         self.stats.guest_unfiltered += gplan.unfiltered as u64;
         // The host dimension: each guest step's references are translated (host walks in

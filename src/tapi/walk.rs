@@ -73,6 +73,16 @@ impl WalkPlan {
         self.violation = None;
     }
 
+    /// Adds `o`'s fixed cycles, unfiltered references and walk-cache counts to this plan (a
+    /// walk composed of other walks: the nested driver's guest and host dimensions).
+    #[inline]
+    pub fn add_counts(&mut self, o: &WalkPlan) {
+        self.fixed_cycles += o.fixed_cycles;
+        self.unfiltered += o.unfiltered;
+        self.wc_hits += o.wc_hits;
+        self.wc_misses += o.wc_misses;
+    }
+
     /// Adds a reference to step `step`.
     #[inline]
     pub fn push(&mut self, paddr: u64, step: u8, needed: bool) {
