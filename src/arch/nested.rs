@@ -425,6 +425,14 @@ impl Frames for Recording<'_> {
     fn reserve_contiguous(&mut self, pages: u64, align_order: u32) -> Option<Pfn> {
         self.inner.reserve_contiguous(pages, align_order)
     }
+    fn total_pages(&self) -> u64 {
+        self.inner.total_pages()
+    }
+    fn alloc_in_range(&mut self, order: u32, lo: u64, hi: u64) -> Option<Pfn> {
+        let p = self.inner.alloc_in_range(order, lo, hi)?;
+        self.allocated.push((p.addr(), order));
+        Some(p)
+    }
 }
 
 impl<G: Driver, H: Driver> Tdb for Nested<G, H> {

@@ -5,12 +5,15 @@
 //! against the keys that exist, so a misspelt key is an error naming it, never silently ignored.
 //! The resolved config is validated once here; the simulator never re-checks it.
 
+pub mod accel;
+
 use crate::arch::nested::HostConfig;
 use crate::arch::{ArchConfig, Design};
 use crate::error::{Error, Result};
 use crate::mem::MemConfig;
 use crate::mmu::MmuConfig;
 use crate::os::OsConfig;
+pub use accel::AccelConfig;
 use std::collections::BTreeMap;
 use toml::Value;
 
@@ -131,6 +134,9 @@ pub struct Config {
     /// The hypervisor of a nested design (`guest@host`): its OS, its drivers, the nested TLB.
     /// Unused by native designs.
     pub host: HostConfig,
+    /// Accelerators, their translation hardware and the machine's sockets (SPARTA); unused
+    /// unless `accel.enabled`.
+    pub accel: AccelConfig,
     /// Workload.
     pub workload: WorkloadConfig,
     /// Simulation control.
@@ -148,6 +154,7 @@ impl Default for Config {
             os: OsConfig::default(),
             arch: ArchConfig::default(),
             host: HostConfig::default(),
+            accel: AccelConfig::default(),
             workload: WorkloadConfig::default(),
             sim: SimConfig::default(),
         }
@@ -179,6 +186,9 @@ impl Config {
         self.mem.validate("mem")?;
         self.os.validate()?;
         self.arch.validate()?;
+        if self.accel.enabled {
+            self.accel.validate(self.os.memory)?;
+        }
         self.host.validate()
     }
 }

@@ -160,6 +160,22 @@ pub struct DramStats {
     pub translation_row_conflicts: u64,
 }
 
+impl DramStats {
+    /// Adds `o` into `self` (the channels of a multi-socket machine).
+    pub fn add(&mut self, o: &DramStats) {
+        self.data_reads += o.data_reads;
+        self.translation_reads += o.translation_reads;
+        self.data_writes += o.data_writes;
+        self.translation_writes += o.translation_writes;
+        self.data_row_hits += o.data_row_hits;
+        self.translation_row_hits += o.translation_row_hits;
+        self.data_row_misses += o.data_row_misses;
+        self.translation_row_misses += o.translation_row_misses;
+        self.data_row_conflicts += o.data_row_conflicts;
+        self.translation_row_conflicts += o.translation_row_conflicts;
+    }
+}
+
 /// Row-buffer outcome of one access; the discriminant indexes `Dram::cycles` and the counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Outcome {

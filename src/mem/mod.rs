@@ -22,6 +22,7 @@
 pub mod assoc;
 pub mod cache;
 pub mod dram;
+pub mod topology;
 
 pub use assoc::{Replacement, SetAssoc, INVALID_TAG};
 pub use cache::{Cache, CacheConfig, CacheResult, CacheStats, Writeback};

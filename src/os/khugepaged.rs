@@ -122,6 +122,14 @@ impl<D: Driver> Os<D> {
                 }
                 pa
             }
+            Placement::InRange { lo, hi } => match self.phys.alloc_in_range(9, lo >> 12, hi >> 12) {
+                // Background collapse does not swap to make room: it waits for a free block.
+                Some(pfn) => pfn.addr(),
+                None => {
+                    self.stats.promotion_failures += 1;
+                    return Ok(false);
+                }
+            },
         };
         self.cost.add_to(Func::Alloc, Event::Page, 1);
         self.cost.add_to(Func::Copy, Event::Page, small.len() as u64);

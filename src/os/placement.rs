@@ -84,6 +84,40 @@ impl<D: Driver> Os<D> {
                 self.zero_data(size.base_pages());
                 Ok(Some(pa))
             }
+            Placement::InRange { lo, hi } => {
+                let pa = self.alloc_in_range(size, lo, hi)?;
+                self.cost.add_to(Func::Alloc, Event::Page, 1);
+                self.zero_data(size.base_pages());
+                Ok(Some(pa))
+            }
+        }
+    }
+
+    /// A block of `size` inside the physical range `[lo, hi)` ([`Placement::InRange`]): from the
+    /// range's free blocks, else after swapping out the oldest resident pages of the range (a
+    /// partition under pressure swaps; it never spills into another). With swap off, or nothing
+    /// of the range left to swap, an out-of-memory error that names the range.
+    pub(super) fn alloc_in_range(&mut self, size: PageSize, lo: u64, hi: u64) -> Result<u64> {
+        let (lo_pfn, hi_pfn) = (lo >> 12, hi >> 12);
+        loop {
+            if let Some(pfn) = self.phys.alloc_in_range(size.order(), lo_pfn, hi_pfn) {
+                return Ok(pfn.addr());
+            }
+            let victim = if self.cfg.swap.enabled {
+                self.resident
+                    .iter()
+                    .position(|&(asid, va, sz, pa)| pa >= lo && pa < hi && self.procs[asid as usize].truth.lookup(va) == Some((pa, sz)))
+            } else {
+                None
+            };
+            let Some(i) = victim else {
+                return Err(Error::OutOfMemory(format!(
+                    "no free {size} block in the memory partition [{lo:#x}, {hi:#x}){}",
+                    if self.cfg.swap.enabled { " and nothing of it left to swap out" } else { " (os.swap.enabled = false)" }
+                )));
+            };
+            let (asid, va, sz, _) = self.resident.remove(i).expect("index found above");
+            self.swap_out(asid, va, sz)?;
         }
     }
 

@@ -8,6 +8,7 @@
 //! once per run and the access loop is monomorphised for it, so a capability accessor that
 //! returns `None` by default costs a design that does not override it nothing.
 
+use super::memside::MemorySide;
 use super::policy::{FramePlacement, MemoryTlb, MigrationPolicy};
 use super::side::SideLookup;
 use super::tdb::Tdb;
@@ -107,6 +108,14 @@ pub trait Driver: Tdb + Sized + 'static {
     /// shootdowns must invalidate. Default: none.
     #[inline(always)]
     fn memory_tlb(&mut self) -> Option<&mut dyn MemoryTlb<Self>> {
+        None
+    }
+
+    /// Memory-side translation (SPARTA's partitions, DIPTA's sets): accelerator requests are
+    /// routed by virtual address and translated next to memory. Default: none (requesters
+    /// translate before they send, conventionally).
+    #[inline(always)]
+    fn memory_side(&mut self) -> Option<&mut dyn MemorySide> {
         None
     }
 }

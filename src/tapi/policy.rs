@@ -45,6 +45,17 @@ pub enum Placement {
         /// The page that holds it now, if any.
         evict: Option<Evict>,
     },
+    /// Any buddy frame inside the physical range `[lo, hi)` (a memory partition: SPARTA's
+    /// per-partition allocation, Algorithm 1, like Linux's NUMA `membind`). The OS allocates the
+    /// block only there; when the range has no free block it swaps out pages that live in the
+    /// range (a partition under pressure swaps rather than spills), and with swap off the fault
+    /// fails with an out-of-memory error that names the range.
+    InRange {
+        /// First byte of the range (aligned to the largest buddy block).
+        lo: u64,
+        /// One past its last byte.
+        hi: u64,
+    },
 }
 
 /// A page the driver asks the OS to place again ([`MigrationPolicy::take_migrations`]).

@@ -29,6 +29,11 @@ pub trait Frames {
     /// `pages` physically contiguous frames aligned to 2^align_order frames, taken out of the
     /// allocator for good (boot-time reservations: 1 GiB pools, Utopia's RestSegs).
     fn reserve_contiguous(&mut self, pages: u64, align_order: u32) -> Option<Pfn>;
+    /// Frames of memory in all, free or not.
+    fn total_pages(&self) -> u64;
+    /// A free block of 2^order frames lying inside the frames `[lo, hi)` (a memory partition's
+    /// own allocator), or `None` if that range has none.
+    fn alloc_in_range(&mut self, order: u32, lo: u64, hi: u64) -> Option<Pfn>;
 }
 
 /// What a translation-database function may use: physical memory for its tables, and the cost

@@ -154,6 +154,12 @@ impl crate::tapi::Frames for PhysMem {
     fn reserve_contiguous(&mut self, pages: u64, align_order: u32) -> Option<Pfn> {
         PhysMem::reserve_contiguous(self, pages, align_order)
     }
+    fn total_pages(&self) -> u64 {
+        PhysMem::total_pages(self)
+    }
+    fn alloc_in_range(&mut self, order: u32, lo: u64, hi: u64) -> Option<Pfn> {
+        PhysMem::alloc_in_range(self, order, lo, hi)
+    }
 }
 
 impl PhysMem {
@@ -428,6 +434,37 @@ impl PhysMem {
         self.split_out(pfn, j, class, pfn, order, Class::Normal);
         bit_set(&mut self.heads[order as usize], pfn >> order);
         Some(Pfn(pfn))
+    }
+
+    /// A partition's buddy allocator (SPARTA Algorithm 1, Linux's `alloc_pages_node`): like
+    /// [`PhysMem::alloc`] — the smallest order ≥ `order` that has a free block, normal class before
+    /// tail, lowest address first, split as needed — but only blocks inside the frames
+    /// `[lo, hi)` qualify. Partitions aligned to the largest buddy block never share a block, so
+    /// this is a buddy allocator per partition over one set of free lists. None when the range has
+    /// no free block of a sufficient order (orders above the largest buddy order are refused).
+    pub fn alloc_in_range(&mut self, order: u32, lo: u64, hi: u64) -> Option<Pfn> {
+        let top = self.top();
+        if order > top || lo >= hi {
+            return None;
+        }
+        for j in order..=top {
+            for class in [Class::Normal, Class::Tail] {
+                let tree = match class {
+                    Class::Normal => &self.free[j as usize],
+                    Class::Tail if self.tail_total > 0 => &self.tail[j as usize],
+                    Class::Tail => continue,
+                };
+                let Some(idx) = tree.next_set(lo.div_ceil(1 << j)) else { continue };
+                let start = idx << j;
+                if start + (1 << j) > hi {
+                    continue;
+                }
+                self.split_out(start, j, class, start, order, Class::Normal);
+                bit_set(&mut self.heads[order as usize], start >> order);
+                return Some(Pfn(start));
+            }
+        }
+        None
     }
 
     /// Lowest naturally aligned run of 2^(order - top) free largest-order blocks.
