@@ -19,6 +19,7 @@ pub mod nested;
 pub mod pomtlb;
 pub mod radix;
 pub mod rmm;
+pub mod sparta;
 pub mod utopia;
 pub mod x86pte;
 
@@ -39,6 +40,7 @@ macro_rules! registry {
             rmm => $crate::arch::rmm::Rmm,
             utopia => $crate::arch::utopia::Utopia,
             arm64 => $crate::arch::arm64::Arm64,
+            sparta => $crate::arch::sparta::Sparta,
         }
     };
 }

@@ -114,6 +114,18 @@ impl Tlb {
         None
     }
 
+    /// Calls `f` with the tag of every valid entry (ASID, page number and size packed): the
+    /// accelerator report counts entries replicated across TLBs by comparing them.
+    pub fn for_each_tag(&self, mut f: impl FnMut(u64)) {
+        for set in 0..self.arr.sets() {
+            for way in 0..self.arr.ways() {
+                if let Some(t) = self.arr.tag_at(set, way) {
+                    f(t);
+                }
+            }
+        }
+    }
+
     /// Fills a translation of a size it holds, or the covering piece of a contiguous translation
     /// whose entry size it holds (ignored otherwise). The caller must have just missed on `va`.
     #[inline]

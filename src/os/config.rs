@@ -228,6 +228,12 @@ pub struct OsConfig {
     /// elastic-translations.md §1.4): a fault that cannot get a 2 MiB page maps a naturally
     /// aligned 64 KiB folio when its range is empty, before falling back to 4 KiB.
     pub mthp: bool,
+    /// NUMA interleaving (Linux `MPOL_INTERLEAVE`): data pages go round-robin, by virtual page
+    /// number, over this many equal contiguous nodes of physical memory (a node full: any other).
+    /// 0 = off (the buddy allocator's lowest free block). The conventional accelerator baseline
+    /// interleaves over the sockets so its data is spread as SPARTA's is (SPARTA §4.1: "data can
+    /// be anywhere in memory").
+    pub interleave: u32,
     /// Elastic Translations' CoalaPaging and CoalaKhugepaged.
     pub coala: CoalaConfig,
     /// Leshy's size hints.
@@ -274,6 +280,7 @@ impl Default for OsConfig {
             hugetlb_size: PageSize::K4,
             hugetlb_pool: 0,
             mthp: false,
+            interleave: 0,
             coala: CoalaConfig::default(),
             leshy: LeshyConfig::default(),
             hawkeye: HawkeyeConfig::default(),
@@ -293,6 +300,12 @@ impl Default for OsConfig {
 impl OsConfig {
     /// Checks ranges; errors name the key.
     pub fn validate(&self) -> Result<()> {
+        if self.interleave > 0 && (!self.interleave.is_power_of_two() || !self.memory.is_multiple_of((self.interleave as u64) << 25)) {
+            return Err(Error::config(
+                "os.interleave",
+                format!("must be 0 or a power of two that splits os.memory into whole 32 MiB blocks (got {})", self.interleave),
+            ));
+        }
         if self.memory < 64 << 20 || !self.memory.is_multiple_of(4096) {
             return Err(Error::config("os.memory", "must be a multiple of 4K and at least 64M"));
         }

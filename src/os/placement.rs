@@ -70,6 +70,24 @@ impl<D: Driver> Os<D> {
     /// `None` if the buddy allocator has no block of that order.
     pub(super) fn frame_for(&mut self, asid: u16, va: u64, size: PageSize, flags: MapFlags) -> Result<Option<u64>> {
         match self.placement(asid, va, size, flags) {
+            Placement::Buddy if self.cfg.interleave > 0 => {
+                let nodes = self.cfg.interleave as u64;
+                let node_bytes = self.cfg.memory / nodes;
+                let first = (va >> size.shift()) % nodes;
+                // The page's node, else the next ones in turn (Linux falls back likewise).
+                let pa = (0..nodes).find_map(|k| {
+                    let lo = ((first + k) % nodes) * node_bytes;
+                    self.phys.alloc_in_range(size.order(), lo >> 12, (lo + node_bytes) >> 12)
+                });
+                match pa {
+                    Some(pfn) => {
+                        self.cost.add_to(Func::Alloc, Event::Page, 1);
+                        self.zero_data(size.base_pages());
+                        Ok(Some(pfn.addr()))
+                    }
+                    None => Ok(None),
+                }
+            }
             Placement::Buddy => {
                 self.reclaim(size.order())?;
                 // 2 MiB pages come from the fairness pool first (os.thp_pool), then the buddy allocator.

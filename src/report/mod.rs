@@ -114,7 +114,35 @@ pub fn metrics(r: &RunOutput) -> Vec<Metric> {
     for s in [PageSize::K4, PageSize::M2, PageSize::G1] {
         add(&format!("coverage_{}", s.label().to_lowercase()), r.coverage[s.index()] as f64, "bytes");
     }
+    if let Some(a) = &r.accel {
+        accel_metrics(a, &mut add);
+    }
     m
+}
+
+/// The accelerator metrics of SPARTA §7 (runs with `accel.enabled`).
+fn accel_metrics(a: &crate::sim::accel::AccelStats, add: &mut impl FnMut(&str, f64, &'static str)) {
+    let pki = |x: u64| per(x as f64 * 1000.0, a.instrs as f64);
+    add("accelerators", a.accelerators as f64, "accelerators");
+    add("memory_partitions", a.partitions as f64, "partitions");
+    add("accel_cache_hit_rate", per(a.cache_hits as f64, (a.cache_hits + a.cache_misses) as f64), "fraction");
+    add("accel_tlb_miss_ratio", per(a.accel_tlb_misses as f64, a.accel_tlb_lookups as f64), "fraction");
+    add("accel_tlb_mpki", pki(a.accel_tlb_misses), "misses/kinstr");
+    add("memory_tlb_miss_ratio", per(a.memory_tlb_misses as f64, a.memory_tlb_lookups as f64), "fraction");
+    add("memory_tlb_mpki", pki(a.memory_tlb_misses), "misses/kinstr");
+    add("tlb_entries_total", a.tlb_entries_total as f64, "entries");
+    add("accel_tlb_replication", per(a.accel_tlb_valid as f64, a.accel_tlb_distinct as f64), "copies/translation");
+    let misses = (a.accel_tlb_misses + a.memory_tlb_misses) as f64;
+    add("tlb_miss_penalty_avg", per(a.miss_penalty_network + a.miss_penalty_dram, a.walks as f64), "cycles");
+    add("tlb_miss_penalty_network_avg", per(a.miss_penalty_network, a.walks as f64), "cycles");
+    add("tlb_miss_penalty_dram_avg", per(a.miss_penalty_dram, a.walks as f64), "cycles");
+    add("tlb_misses", misses, "misses");
+    add("translation_overhead_cycles", a.translation_cycles, "cycles");
+    add("ideal_cycles", a.ideal_cycles, "cycles");
+    add("fraction_of_ideal", per(a.ideal_cycles, a.cycles), "fraction");
+    add("remote_data_fraction", per(a.remote_data_refs as f64, a.data_refs as f64), "fraction");
+    add("way_prediction_accuracy", per(a.predictions_correct as f64, a.predictions as f64), "fraction");
+    add("accel_os_cycles", a.os_cycles, "cycles");
 }
 
 /// The run as JSON. Everything but the `host` object is deterministic for a given config.
@@ -145,6 +173,7 @@ pub fn json(r: &RunOutput) -> Value {
         "os_ops": os_ops,
         "mem": r.mem,
         "driver": r.driver,
+        "accel": r.accel,
         "config": crate::config::to_json(&r.config),
         "host": {
             "wall_seconds": r.wall_s,
@@ -173,9 +202,13 @@ pub fn table(runs: &[RunOutput]) -> String {
     let mut header = vec!["metric".to_string(), "unit".to_string()];
     header.extend(runs.iter().map(|r| if r.interrupted { format!("{} (partial)", r.design) } else { r.design.clone() }));
     rows.push(header);
-    for (i, m) in all[0].iter().enumerate() {
+    // Rows by the first run's keys; a run without that metric (a CPU run beside accelerator
+    // runs) shows "-".
+    for m in &all[0] {
         let mut row = vec![m.key.clone(), m.unit.to_string()];
-        row.extend(all.iter().map(|ms| fmt_value(ms[i].value, ms[i].unit)));
+        row.extend(
+            all.iter().map(|ms| ms.iter().find(|x| x.key == m.key).map(|x| fmt_value(x.value, x.unit)).unwrap_or_else(|| "-".into())),
+        );
         rows.push(row);
     }
     if runs.len() > 1 {

@@ -11,6 +11,7 @@
 //! Cores advance in chunks; the core furthest behind in simulated time runs next, so a shared LLC
 //! and DRAM see the cores' accesses interleaved in time order (to within a chunk).
 
+pub mod accel;
 pub mod progress;
 
 use crate::arch::nested::{Nested, NestedConfig, Nesting, NESTABLE};
@@ -153,6 +154,8 @@ pub struct RunOutput {
     pub coverage: [u64; crate::addr::PageSize::COUNT],
     /// Driver-specific metrics.
     pub driver: serde_json::Map<String, serde_json::Value>,
+    /// Accelerator counters (`accel.enabled` runs only).
+    pub accel: Option<accel::AccelStats>,
     /// Host wall-clock seconds, setup included.
     pub wall_s: f64,
     /// Host seconds spent before the access loop (boot, workload setup, populate).
@@ -312,35 +315,12 @@ fn run_with<D: Driver>(
     traces: Vec<(String, Box<dyn AccessSource>)>,
     show_progress: bool,
 ) -> Result<RunOutput> {
+    if cfg.accel.enabled {
+        return accel::run(design, cfg, driver, traces, show_progress);
+    }
     let started = Instant::now();
     let mut os = Os::boot(driver, &cfg.os, cfg.seed)?;
-    let mut sources = Vec::new();
-    let mut streams = Vec::new();
-    let workload_name;
-    if traces.is_empty() {
-        let procs = cfg.workload.processes();
-        workload_name =
-            if cfg.workload.mix.is_empty() { cfg.workload.name.clone() } else { procs.iter().map(|p| p.0).collect::<Vec<_>>().join("+") };
-        for (p, (name, params)) in procs.into_iter().enumerate() {
-            let asid = os.spawn(false)?;
-            let mut w = workload::build(name, params, cfg.seed.wrapping_add(p as u64))?;
-            w.setup(&mut ProcVm { os: &mut os, asid })?;
-            for t in 0..w.threads() {
-                streams.push(Stream { proc: p, thread: t, asid, buf: vec![Access::default(); BATCH], pos: 0, len: 0, done: false });
-            }
-            sources.push(Source::Workload(w));
-        }
-    } else {
-        workload_name = traces.iter().map(|t| t.0.clone()).collect::<Vec<_>>().join(",");
-        for (p, (_, src)) in traces.into_iter().enumerate() {
-            let asid = os.spawn(true)?;
-            let threads = src.threads().max(1);
-            for t in 0..threads {
-                streams.push(Stream { proc: p, thread: t, asid, buf: vec![Access::default(); BATCH], pos: 0, len: 0, done: false });
-            }
-            sources.push(Source::Trace(src, threads));
-        }
-    }
+    let (mut sources, mut streams, workload_name) = spawn(&mut os, cfg, traces)?;
     os.settle(); // no TLB or cache holds anything yet
     let mut cores: Vec<Core<D>> = (0..cfg.cores)
         .map(|_| Core {
@@ -391,9 +371,47 @@ fn run_with<D: Driver>(
         table_bytes: eng.os.table_bytes(),
         coverage: eng.os.coverage(),
         driver: eng.os.driver.metrics(),
+        accel: None,
         wall_s: started.elapsed().as_secs_f64(),
         setup_s,
     })
+}
+
+/// Starts the run's processes: the configured workload (or mix), or one process per trace; each
+/// thread a stream. Returns the sources, the streams and the workload's name for the results.
+fn spawn<D: Driver>(
+    os: &mut Os<D>,
+    cfg: &Config,
+    traces: Vec<(String, Box<dyn AccessSource>)>,
+) -> Result<(Vec<Source>, Vec<Stream>, String)> {
+    let mut sources = Vec::new();
+    let mut streams = Vec::new();
+    let workload_name;
+    if traces.is_empty() {
+        let procs = cfg.workload.processes();
+        workload_name =
+            if cfg.workload.mix.is_empty() { cfg.workload.name.clone() } else { procs.iter().map(|p| p.0).collect::<Vec<_>>().join("+") };
+        for (p, (name, params)) in procs.into_iter().enumerate() {
+            let asid = os.spawn(false)?;
+            let mut w = workload::build(name, params, cfg.seed.wrapping_add(p as u64))?;
+            w.setup(&mut ProcVm { os, asid })?;
+            for t in 0..w.threads() {
+                streams.push(Stream { proc: p, thread: t, asid, buf: vec![Access::default(); BATCH], pos: 0, len: 0, done: false });
+            }
+            sources.push(Source::Workload(w));
+        }
+    } else {
+        workload_name = traces.iter().map(|t| t.0.clone()).collect::<Vec<_>>().join(",");
+        for (p, (_, src)) in traces.into_iter().enumerate() {
+            let asid = os.spawn(true)?;
+            let threads = src.threads().max(1);
+            for t in 0..threads {
+                streams.push(Stream { proc: p, thread: t, asid, buf: vec![Access::default(); BATCH], pos: 0, len: 0, done: false });
+            }
+            sources.push(Source::Trace(src, threads));
+        }
+    }
+    Ok((sources, streams, workload_name))
 }
 
 /// The access loop, monomorphised for the driver and the pipeline's [`Mode`]: runs the streams

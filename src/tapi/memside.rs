@@ -30,6 +30,15 @@ pub trait MemorySide {
     /// How a partition translates.
     fn kind(&self) -> MemoryTranslation;
 
+    /// The address a partition's TLB is indexed and tagged with for `va`: `va` with the routing
+    /// bits taken out when that is one-to-one within a partition (every page of a partition has
+    /// the same routing bits, so indexing with them would put every page in the same set).
+    /// Default: `va`.
+    #[inline]
+    fn tlb_va(&self, va: u64) -> u64 {
+        va
+    }
+
     /// [`MemoryTranslation::PredictedFrame`]: the physical address the partition's predictor
     /// guesses for `va` (`None`: no prediction; the fetch waits for the table). Default: `None`.
     fn predict(&mut self, _asid: u16, _va: u64) -> Option<u64> {

@@ -1,0 +1,558 @@
+//! SPARTA (Picorel et al., seed `003_64f431eae0496108.txt`): split, partitioned translation for
+//! accelerators. Physical memory is divided into `P` partitions (a socket, a channel, or finer);
+//! a virtual page's partition is a hash of its virtual address, and the OS allocates its frame
+//! only inside that partition (Algorithm 1: a buddy allocator per partition, here
+//! [`Placement::InRange`]). Each partition has its own inverted page table, co-located in the
+//! partition's memory, and its own memory-side TLB (kept by the accelerator engine in
+//! `sim::accel`, shared by every accelerator). A request travels with its virtual address to the
+//! partition, which translates it there, overlapped with the trip (§4.2).
+//!
+//! The driver is the partition-side half: the routing hash ([`MemorySide`]), the placement
+//! policy, and the inverted tables as its translation database, walked in one memory reference.
+//!
+//! **Inverted table** (§5: "the same inverted page design as the hashed page tables in IBM Power
+//! systems"; load factor 1/4 → one reference per walk, §7.4). Each partition's table has one
+//! 64 B bucket per 4 KiB frame of the partition, four 16 B entries per bucket: four slots per
+//! frame, so the load factor is at most 1/4 (every mapped page holds a frame). A page's home
+//! bucket is its page number *within the partition* (the routing bits removed) plus a per-ASID
+//! offset, modulo the bucket count, so the pages of one address space whose virtual span is no
+//! larger than memory never share a bucket and every walk is one reference; other collisions
+//! (several address spaces) fill the bucket's four entries before one overflows to the next
+//! bucket, which costs the walk a second, serial reference (counted in `ipt_overflow_probes`).
+//! With 2 MiB pages enabled a walk probes the 4 KiB and the 2 MiB home buckets in parallel (one
+//! serial step; the probe of the size that does not hold the page is not waited for, as ECPT's
+//! walk). The tables are reserved at boot at the start of each partition; they are shared by
+//! every address space (entries are tagged with the ASID), like the hardware's.
+
+use super::{ArchConfig, Design, Registered};
+use crate::addr::PageSize;
+use crate::error::{Error, Result};
+use crate::os::truth::IntMap;
+use crate::rng::mix64;
+use crate::tapi::{
+    Driver, Event, FramePlacement, Frames, MapFlags, MemorySide, MemoryTranslation, Placement, TObj, Tdb, TdbEnv, Translation, WalkPlan,
+};
+
+/// The routing hash: which bits of the virtual address name the partition.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PartitionHash {
+    /// `(va / granule) mod P` (§5's example: VPN mod 4).
+    #[default]
+    Mod,
+    /// A mixing hash of `va / granule` (spreads strided footprints), then mod P.
+    Mix,
+}
+
+/// The `arch.sparta` section.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SpartaConfig {
+    /// Memory partitions (SPARTA-4/8/32/128; §7.5: 8 = one per socket, 32 = one per channel).
+    pub partitions: u32,
+    /// Granule of the routing hash: every page inside one granule lives in the same partition,
+    /// so with 2 MiB pages (and their 4 KiB fallbacks) it is 2 MiB.
+    pub granule: PageSize,
+    /// The routing hash.
+    pub hash: PartitionHash,
+    /// Bytes per table entry (IBM Power's hashed PTE: 16 B).
+    pub entry_bytes: u64,
+    /// Table slots per 4 KiB frame (4 = load factor 1/4, §7.4).
+    pub slots_per_frame: u64,
+}
+
+impl Default for SpartaConfig {
+    fn default() -> Self {
+        SpartaConfig { partitions: 32, granule: PageSize::K4, hash: PartitionHash::Mod, entry_bytes: 16, slots_per_frame: 4 }
+    }
+}
+
+impl SpartaConfig {
+    fn validate(&self, key: &str) -> Result<()> {
+        if self.partitions == 0 || !self.partitions.is_power_of_two() || self.partitions > 4096 {
+            return Err(Error::config(
+                format!("{key}.partitions"),
+                format!("must be a power of two between 1 and 4096 (got {})", self.partitions),
+            ));
+        }
+        if !matches!(self.granule, PageSize::K4 | PageSize::M2) {
+            return Err(Error::config(format!("{key}.granule"), format!("must be \"4K\" or \"2M\" (got {})", self.granule)));
+        }
+        if !matches!(self.entry_bytes, 8 | 16 | 32 | 64) {
+            return Err(Error::config(format!("{key}.entry_bytes"), format!("must be 8, 16, 32 or 64 (got {})", self.entry_bytes)));
+        }
+        if self.slots_per_frame == 0 || self.slots_per_frame > 64 || !self.slots_per_frame.is_power_of_two() {
+            return Err(Error::config(
+                format!("{key}.slots_per_frame"),
+                format!("must be a power of two between 1 and 64 (got {})", self.slots_per_frame),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One table entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    /// `(asid, page number, size)`, as [`key`] packs them.
+    key: u64,
+    pa: u64,
+    prot: u8,
+    accessed: bool,
+    dirty: bool,
+}
+
+/// One bucket: the entries of one 64 B line (or more, with larger entries) and whether an entry
+/// that hashes here was pushed to the next bucket.
+#[derive(Clone, Debug, Default)]
+struct Bucket {
+    entries: Vec<Entry>,
+    overflowed: bool,
+}
+
+fn key(asid: u16, va: u64, size: PageSize) -> u64 {
+    ((va >> size.shift()) << 19) | ((asid as u64) << 3) | size.index() as u64
+}
+
+/// A partition's table: where it lives and its bucket count.
+#[derive(Clone, Debug)]
+struct Table {
+    /// Physical bases of the blocks the table is made of (each `chunk_bytes` long).
+    chunks: Vec<u64>,
+}
+
+/// Per-address-space state: the ASID (the tables themselves are shared).
+pub struct SpartaSpace {
+    asid: u16,
+    /// Translations this space holds (for `table_bytes` and the report).
+    pages: u64,
+}
+
+/// The SPARTA driver.
+pub struct Sparta {
+    cfg: SpartaConfig,
+    sizes: Vec<PageSize>,
+    /// Bytes per partition (0 until boot).
+    part_bytes: u64,
+    /// Buckets per partition.
+    buckets: u64,
+    bucket_bytes: u64,
+    per_bucket: usize,
+    chunk_bytes: u64,
+    tables: Vec<Table>,
+    /// Occupied buckets, by global index `partition × buckets + bucket`.
+    occupied: IntMap<Bucket>,
+    /// Counters.
+    walks: u64,
+    walk_refs: u64,
+    overflow_probes: u64,
+    entries: u64,
+    max_entries: u64,
+}
+
+impl Sparta {
+    fn new(cfg: &SpartaConfig) -> Sparta {
+        let sizes = if cfg.granule == PageSize::M2 { vec![PageSize::K4, PageSize::M2] } else { vec![PageSize::K4] };
+        let per_bucket = (64 / cfg.entry_bytes).max(1) as usize;
+        Sparta {
+            cfg: cfg.clone(),
+            sizes,
+            part_bytes: 0,
+            buckets: 0,
+            bucket_bytes: per_bucket as u64 * cfg.entry_bytes,
+            per_bucket,
+            chunk_bytes: 0,
+            tables: Vec::new(),
+            occupied: IntMap::default(),
+            walks: 0,
+            walk_refs: 0,
+            overflow_probes: 0,
+            entries: 0,
+            max_entries: 0,
+        }
+    }
+
+    /// The partition of `va` (the routing hash).
+    #[inline]
+    pub fn partition(&self, va: u64) -> u32 {
+        let unit = va >> self.cfg.granule.shift();
+        let h = match self.cfg.hash {
+            PartitionHash::Mod => unit,
+            PartitionHash::Mix => mix64(unit),
+        };
+        (h & (self.cfg.partitions as u64 - 1)) as u32
+    }
+
+    /// Physical range `[lo, hi)` of partition `p`.
+    pub fn partition_range(&self, p: u32) -> (u64, u64) {
+        let lo = p as u64 * self.part_bytes;
+        (lo, lo + self.part_bytes)
+    }
+
+    /// Home bucket (within its partition) of a page of `size` at `va` in `asid`.
+    #[inline]
+    fn home(&self, asid: u16, va: u64, size: PageSize) -> u64 {
+        // The page's number within its partition: the routing bits taken out, so consecutive
+        // pages of one partition take consecutive buckets.
+        let g = self.cfg.granule.shift();
+        let local_unit = (va >> g) >> self.cfg.partitions.trailing_zeros();
+        let n = if size.shift() <= g {
+            (local_unit << (g - size.shift())) | ((va >> size.shift()) & ((1 << (g - size.shift())) - 1))
+        } else {
+            local_unit >> (size.shift() - g)
+        };
+        // 2 MiB entries take the buckets from the other end, so a space's 4K and 2M pages meet only
+        // when together they span all of memory; ASIDs are spread by a mixed offset.
+        let n = if size == PageSize::K4 { n } else { self.buckets - 1 - (n % self.buckets) };
+        (n + (mix64(asid as u64) % self.buckets)) % self.buckets
+    }
+
+    /// Physical address of bucket `b` of partition `p`.
+    #[inline]
+    fn bucket_pa(&self, p: u32, b: u64) -> u64 {
+        let off = b * self.bucket_bytes;
+        self.tables[p as usize].chunks[(off / self.chunk_bytes) as usize] + off % self.chunk_bytes
+    }
+
+    /// Finds the entry of `(asid, va, size)`: its global bucket index and position, and the
+    /// buckets probed to get there (home first).
+    fn locate(&self, asid: u16, va: u64, size: PageSize) -> (Option<(u64, usize)>, u32) {
+        let p = self.partition(va) as u64;
+        let k = key(asid, size.align_down(va), size);
+        let mut b = self.home(asid, va, size);
+        let mut probes = 0;
+        loop {
+            probes += 1;
+            let g = p * self.buckets + b;
+            let Some(bucket) = self.occupied.get(&g) else { return (None, probes) };
+            if let Some(i) = bucket.entries.iter().position(|e| e.key == k) {
+                return (Some((g, i)), probes);
+            }
+            if !bucket.overflowed || probes as u64 >= self.buckets {
+                return (None, probes);
+            }
+            b = (b + 1) % self.buckets;
+        }
+    }
+
+    fn obj(e: &Entry, va: u64, size: PageSize) -> TObj {
+        TObj { va: size.align_down(va), pa: e.pa, size, prot: e.prot, accessed: e.accessed, dirty: e.dirty }
+    }
+
+    fn check_booted(&self) -> Result<()> {
+        if self.part_bytes == 0 {
+            return Err(Error::Check("SPARTA's partition tables were not reserved (the OS did not boot the placement policy)".into()));
+        }
+        Ok(())
+    }
+}
+
+impl Tdb for Sparta {
+    type Space = SpartaSpace;
+
+    fn create_space(&mut self, asid: u16, _env: &mut TdbEnv) -> Result<SpartaSpace> {
+        Ok(SpartaSpace { asid, pages: 0 })
+    }
+
+    fn destroy_space(&mut self, s: SpartaSpace, env: &mut TdbEnv) -> Result<()> {
+        let asid = s.asid;
+        let mut dead = Vec::new();
+        for (&g, b) in &self.occupied {
+            for e in &b.entries {
+                if (e.key >> 3) & 0xffff == asid as u64 {
+                    dead.push((g, e.key));
+                }
+            }
+        }
+        for (g, k) in dead {
+            let b = self.occupied.get_mut(&g).expect("collected above");
+            b.entries.retain(|e| e.key != k);
+            env.cost.add(Event::Write, 1);
+            self.entries -= 1;
+        }
+        Ok(())
+    }
+
+    fn find(&mut self, s: &mut SpartaSpace, va: u64, env: &mut TdbEnv) -> Option<TObj> {
+        for i in 0..self.sizes.len() {
+            let size = self.sizes[i];
+            env.cost.add(Event::Hash, 1);
+            let (hit, probes) = self.locate(s.asid, va, size);
+            env.cost.add(Event::Read, probes as u64);
+            if let Some((g, i)) = hit {
+                return Some(Self::obj(&self.occupied[&g].entries[i], va, size));
+            }
+        }
+        None
+    }
+
+    fn update(&mut self, s: &mut SpartaSpace, o: &TObj, env: &mut TdbEnv) -> Result<()> {
+        self.check_booted()?;
+        if !self.sizes.contains(&o.size) {
+            return Err(Error::Check(format!("SPARTA with a {} routing granule cannot map a {} page", self.cfg.granule, o.size)));
+        }
+        let p = self.partition(o.va);
+        let (lo, hi) = self.partition_range(p);
+        if o.pa < lo || o.pa + o.size.bytes() > hi {
+            return Err(Error::Check(format!(
+                "SPARTA: the page at {:#x} routes to partition {p} [{lo:#x}, {hi:#x}) but the OS placed it at {:#x}",
+                o.va, o.pa
+            )));
+        }
+        env.cost.add(Event::Hash, 1);
+        let entry = Entry { key: key(s.asid, o.va, o.size), pa: o.pa, prot: o.prot, accessed: o.accessed, dirty: o.dirty };
+        let (hit, probes) = self.locate(s.asid, o.va, o.size);
+        env.cost.add(Event::Read, probes as u64);
+        env.cost.add(Event::Write, 1);
+        if let Some((g, i)) = hit {
+            self.occupied.get_mut(&g).expect("located").entries[i] = entry;
+            return Ok(());
+        }
+        // A new entry: the first bucket from home with room, marking each full one passed.
+        let mut b = self.home(s.asid, o.va, o.size);
+        for _ in 0..self.buckets {
+            let g = p as u64 * self.buckets + b;
+            let bucket = self.occupied.entry(g).or_default();
+            if bucket.entries.len() < self.per_bucket {
+                bucket.entries.push(entry);
+                self.entries += 1;
+                self.max_entries = self.max_entries.max(self.entries);
+                s.pages += 1;
+                return Ok(());
+            }
+            bucket.overflowed = true;
+            env.cost.add(Event::Read, 1);
+            b = (b + 1) % self.buckets;
+        }
+        Err(Error::OutOfMemory(format!("SPARTA: partition {p}'s inverted table is full")))
+    }
+
+    fn remove(&mut self, s: &mut SpartaSpace, va: u64, size: PageSize, env: &mut TdbEnv) -> Option<TObj> {
+        env.cost.add(Event::Hash, 1);
+        let (hit, probes) = self.locate(s.asid, va, size);
+        env.cost.add(Event::Read, probes as u64);
+        let (g, i) = hit?;
+        env.cost.add(Event::Write, 1);
+        let b = self.occupied.get_mut(&g).expect("located");
+        let e = b.entries.remove(i);
+        // Overflow marks stay (as in open addressing with tombstones): a later walk still probes on.
+        if b.entries.is_empty() && !b.overflowed {
+            self.occupied.remove(&g);
+        }
+        self.entries -= 1;
+        s.pages -= 1;
+        Some(Self::obj(&e, va, size))
+    }
+
+    fn table_bytes(&self, s: &SpartaSpace) -> u64 {
+        // The tables are shared and reserved whole at boot; each space is charged the slots its
+        // translations hold (the rest of the reservation is reported in the driver's metrics).
+        s.pages * self.cfg.entry_bytes
+    }
+}
+
+impl FramePlacement<Sparta> for Sparta {
+    fn boot(&mut self, frames: &mut dyn Frames) -> Result<()> {
+        let total = frames.total_pages() << 12;
+        let p = self.cfg.partitions as u64;
+        self.part_bytes = total / p;
+        if self.part_bytes < (32 << 20) || !self.part_bytes.is_multiple_of(32 << 20) {
+            return Err(Error::config(
+                "arch.sparta.partitions",
+                format!("{p} partitions of {total} bytes of memory: each must be a whole number of 32 MiB buddy blocks"),
+            ));
+        }
+        self.buckets = (self.part_bytes >> 12) * self.cfg.slots_per_frame / self.per_bucket as u64;
+        let table_bytes = self.buckets * self.bucket_bytes;
+        // The table is built from the largest buddy blocks that fit, all inside the partition.
+        let order = (table_bytes >> 12).next_power_of_two().trailing_zeros().min(13);
+        self.chunk_bytes = 4096u64 << order;
+        for part in 0..self.cfg.partitions {
+            let (lo, hi) = self.partition_range(part);
+            let n = table_bytes.div_ceil(self.chunk_bytes);
+            let chunks = (0..n)
+                .map(|_| frames.alloc_in_range(order, lo >> 12, hi >> 12).map(|f| f.addr()))
+                .collect::<Option<Vec<u64>>>()
+                .ok_or_else(|| {
+                Error::OutOfMemory(format!("SPARTA: no room for partition {part}'s inverted table ({table_bytes} bytes)"))
+            })?;
+            self.tables.push(Table { chunks });
+        }
+        Ok(())
+    }
+
+    fn place(&mut self, _s: &mut SpartaSpace, _asid: u16, va: u64, _size: PageSize, _flags: MapFlags, _env: &mut TdbEnv) -> Placement {
+        // Algorithm 1: mem_set_id = MEM_SET_INDEX_HASH(vaddr); alloc_pages_node(vaddr, mem_set_id).
+        let (lo, hi) = self.partition_range(self.partition(va));
+        Placement::InRange { lo, hi }
+    }
+}
+
+impl MemorySide for Sparta {
+    fn partitions(&self) -> u32 {
+        self.cfg.partitions
+    }
+
+    #[inline]
+    fn partition_of(&self, _asid: u16, va: u64) -> u32 {
+        self.partition(va)
+    }
+
+    fn kind(&self) -> MemoryTranslation {
+        MemoryTranslation::PartitionTlb
+    }
+
+    #[inline]
+    fn tlb_va(&self, va: u64) -> u64 {
+        match self.cfg.hash {
+            // The routing bits are the low bits of the granule number: take them out.
+            PartitionHash::Mod => {
+                let g = self.cfg.granule.shift();
+                let bits = self.cfg.partitions.trailing_zeros();
+                ((va >> (g + bits)) << g) | (va & ((1 << g) - 1))
+            }
+            // A mixed hash leaves no bits to take out one-to-one.
+            PartitionHash::Mix => va,
+        }
+    }
+}
+
+/// No walk caches: the table is walked in one reference.
+pub struct NoWalkCache;
+
+impl Driver for Sparta {
+    type Config = SpartaConfig;
+    type WalkCache = NoWalkCache;
+
+    fn from_config(cfg: &SpartaConfig, _seed: u64) -> Result<Self> {
+        Ok(Sparta::new(cfg))
+    }
+
+    fn new_walk_cache(&self) -> NoWalkCache {
+        NoWalkCache
+    }
+
+    fn walk(&mut self, _s: &mut SpartaSpace, _wc: &mut NoWalkCache, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
+        self.walks += 1;
+        let p = self.partition(va);
+        let mut found = None;
+        // Every size's home bucket in parallel (step 0); an overflow chain adds serial steps.
+        for i in 0..self.sizes.len() {
+            let size = self.sizes[i];
+            let (hit, probes) = self.locate(asid, va, size);
+            let home = self.home(asid, va, size);
+            for k in 0..probes as u64 {
+                let b = (home + k) % self.buckets;
+                plan.push(self.bucket_pa(p, b), k.min(255) as u8, hit.is_some());
+            }
+            self.walk_refs += probes as u64;
+            self.overflow_probes += probes as u64 - 1;
+            if let Some((g, j)) = hit {
+                let e = &self.occupied[&g].entries[j];
+                found = Some(Translation { pbase: e.pa, size });
+            }
+        }
+        plan.unfiltered += plan.refs.len() as u32;
+        if found.is_none() {
+            // A fault: the walk still waited for its probes.
+            for r in plan.refs.iter_mut() {
+                r.needed = true;
+            }
+        }
+        found
+    }
+
+    fn invalidate_walk_cache(&self, _wc: &mut NoWalkCache, _asid: u16, _start: u64, _end: u64) {}
+
+    fn leaf_sizes(&self) -> &[PageSize] {
+        &self.sizes
+    }
+
+    fn metrics(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut m = serde_json::Map::new();
+        m.insert("partitions".into(), self.cfg.partitions.into());
+        m.insert("partition_bytes".into(), self.part_bytes.into());
+        m.insert("ipt_bytes".into(), (self.buckets * self.bucket_bytes * self.cfg.partitions as u64).into());
+        m.insert("ipt_entries".into(), self.entries.into());
+        m.insert("ipt_max_load_factor".into(), {
+            let slots = self.buckets * self.per_bucket as u64;
+            // Per partition: the fullest partition is what matters; the average is reported.
+            (self.max_entries as f64 / (slots * self.cfg.partitions as u64).max(1) as f64).into()
+        });
+        m.insert("ipt_walks".into(), self.walks.into());
+        m.insert("ipt_refs_per_walk".into(), (self.walk_refs as f64 / self.walks.max(1) as f64).into());
+        m.insert("ipt_overflow_probes".into(), self.overflow_probes.into());
+        m
+    }
+
+    #[inline(always)]
+    fn placement(&mut self) -> Option<&mut dyn FramePlacement<Self>> {
+        Some(self)
+    }
+
+    #[inline(always)]
+    fn memory_side(&mut self) -> Option<&mut dyn MemorySide> {
+        Some(self)
+    }
+}
+
+/// A SPARTA design with `partitions` partitions, 4 KiB or 2 MiB pages.
+const fn design(name: &'static str, description: &'static str, partitions: u32, huge: bool) -> Design {
+    let arch: fn(&mut ArchConfig) = match (partitions, huge) {
+        (4, false) => |a| set(a, 4, PageSize::K4),
+        (8, false) => |a| set(a, 8, PageSize::K4),
+        (32, false) => |a| set(a, 32, PageSize::K4),
+        (128, false) => |a| set(a, 128, PageSize::K4),
+        (4, true) => |a| set(a, 4, PageSize::M2),
+        (8, true) => |a| set(a, 8, PageSize::M2),
+        (32, true) => |a| set(a, 32, PageSize::M2),
+        _ => |a| set(a, 128, PageSize::M2),
+    };
+    let settings: &'static [&'static str] = if huge { ACCEL_2M } else { ACCEL_4K };
+    Design { name, description, driver: "sparta", arch, settings, nested: None }
+}
+
+fn set(a: &mut ArchConfig, partitions: u32, granule: PageSize) {
+    a.sparta.partitions = partitions;
+    a.sparta.granule = granule;
+}
+
+/// The accelerator machine of SPARTA §7.5 (8 sockets × 4 channels, 128 GB), 4 KiB pages. A
+/// partition under pressure swaps (§5).
+pub const ACCEL_4K: &[&str] = &["accel.enabled=true", "os.memory=\"128G\"", "os.thp=never", "os.swap.enabled=true"];
+/// The same with 2 MiB pages (THP always, khugepaged on).
+pub const ACCEL_2M: &[&str] = &["accel.enabled=true", "os.memory=\"128G\"", "os.thp=always", "os.swap.enabled=true"];
+/// The conventional baseline's machine: as [`ACCEL_4K`], data interleaved over the 8 sockets
+/// (`os.interleave`), so it lies anywhere in memory as SPARTA's does (§4.1).
+pub const CONVENTIONAL_4K: &[&str] =
+    &["accel.enabled=true", "os.memory=\"128G\"", "os.thp=never", "os.swap.enabled=true", "os.interleave=8"];
+/// [`CONVENTIONAL_4K`] with 2 MiB pages.
+pub const CONVENTIONAL_2M: &[&str] =
+    &["accel.enabled=true", "os.memory=\"128G\"", "os.thp=always", "os.swap.enabled=true", "os.interleave=8"];
+
+impl Registered for Sparta {
+    type Section = SpartaConfig;
+    const DESIGNS: &'static [Design] = &[
+        design(
+            "sparta-4",
+            "SPARTA with 4 memory partitions: memory-side TLBs and inverted tables per partition, 4 KiB pages (accelerators)",
+            4,
+            false,
+        ),
+        design("sparta-8", "SPARTA-8: one partition per socket of the 8-socket machine, 4 KiB pages (accelerators)", 8, false),
+        design("sparta-32", "SPARTA-32: one partition per memory channel (8 sockets × 4), 4 KiB pages (accelerators)", 32, false),
+        design("sparta-128", "SPARTA-128: four partitions per channel, 4 KiB pages (accelerators)", 128, false),
+        design("sparta-4-2m", "SPARTA-4 with 2 MiB pages (accelerators)", 4, true),
+        design("sparta-8-2m", "SPARTA-8 with 2 MiB pages (accelerators)", 8, true),
+        design("sparta-32-2m", "SPARTA-32 with 2 MiB pages (accelerators)", 32, true),
+        design("sparta-128-2m", "SPARTA-128 with 2 MiB pages (accelerators)", 128, true),
+    ];
+
+    fn validate(s: &SpartaConfig, key: &str) -> Result<()> {
+        s.validate(key)
+    }
+
+    fn config(arch: &ArchConfig) -> SpartaConfig {
+        arch.sparta.clone()
+    }
+}
