@@ -356,16 +356,16 @@ impl FramePlacement<Sparta> for Sparta {
         let total = frames.total_pages() << 12;
         let p = self.cfg.partitions as u64;
         self.part_bytes = total / p;
-        if self.part_bytes < (32 << 20) || !self.part_bytes.is_multiple_of(32 << 20) {
+        if self.part_bytes < (4 << 20) || !self.part_bytes.is_multiple_of(2 << 20) {
             return Err(Error::config(
                 "arch.sparta.partitions",
-                format!("{p} partitions of {total} bytes of memory: each must be a whole number of 32 MiB buddy blocks"),
+                format!("{p} partitions of {total} bytes of memory: each must be a whole number of 2 MiB blocks, at least 4 MiB"),
             ));
         }
         self.buckets = (self.part_bytes >> 12) * self.cfg.slots_per_frame / self.per_bucket as u64;
         let table_bytes = self.buckets * self.bucket_bytes;
         // The table is built from the largest buddy blocks that fit, all inside the partition.
-        let order = (table_bytes >> 12).next_power_of_two().trailing_zeros().min(13);
+        let order = (table_bytes >> 12).max(1).next_power_of_two().trailing_zeros().min(9);
         self.chunk_bytes = 4096u64 << order;
         for part in 0..self.cfg.partitions {
             let (lo, hi) = self.partition_range(part);
@@ -413,6 +413,19 @@ impl MemorySide for Sparta {
             }
             // A mixed hash leaves no bits to take out one-to-one.
             PartitionHash::Mix => va,
+        }
+    }
+
+    fn tlb_range(&self, start: u64, end: u64) -> (u64, u64) {
+        match self.cfg.hash {
+            // Every granule of the range, in every partition: from the first granule's key to
+            // past the last one's (whole granules, so a superset).
+            PartitionHash::Mod if end > start => {
+                let g = self.cfg.granule.shift();
+                let bits = self.cfg.partitions.trailing_zeros();
+                ((start >> (g + bits)) << g, (((end - 1) >> (g + bits)) + 1) << g)
+            }
+            _ => (start, end),
         }
     }
 }
@@ -554,5 +567,119 @@ impl Registered for Sparta {
 
     fn config(arch: &ArchConfig) -> SpartaConfig {
         arch.sparta.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::os::{Os, OsConfig};
+    use crate::rng::Rng;
+
+    fn booted(memory: u64, partitions: u32, swap: bool) -> Os<Sparta> {
+        let cfg = SpartaConfig { partitions, ..SpartaConfig::default() };
+        let mut os_cfg = OsConfig { memory, ..OsConfig::default() };
+        os_cfg.thp = crate::os::ThpMode::Never;
+        os_cfg.swap.enabled = swap;
+        Os::boot(Sparta::new(&cfg), &os_cfg, 1).unwrap()
+    }
+
+    #[test]
+    fn the_routing_hash_is_vpn_mod_p_and_the_tlb_key_is_one_to_one_within_a_partition() {
+        let s = Sparta::new(&SpartaConfig { partitions: 8, ..SpartaConfig::default() });
+        assert_eq!(s.partition(0x0000), 0);
+        assert_eq!(s.partition(0x1fff), 1);
+        assert_eq!(s.partition(0x7000), 7);
+        assert_eq!(s.partition(0x8000), 0);
+        // Pages of partition 3: keys are consecutive pages, offsets kept.
+        let keys: Vec<u64> = (0..5u64).map(|i| s.tlb_va(((i * 8 + 3) << 12) | 0x123)).collect();
+        assert_eq!(keys, vec![0x123, 0x1123, 0x2123, 0x3123, 0x4123]);
+        let huge = Sparta::new(&SpartaConfig { partitions: 4, granule: PageSize::M2, ..SpartaConfig::default() });
+        assert_eq!(huge.partition(0x20_0000 + 0x5000), 1, "4 KiB pages route by their 2 MiB granule");
+    }
+
+    /// Algorithm 1: every page faulted in gets a frame in its partition, and the partition's
+    /// inverted table was reserved inside the partition too.
+    #[test]
+    fn every_frame_lies_in_its_virtual_address_partition() {
+        let mut os = booted(256 << 20, 8, false);
+        let asid = os.spawn(false).unwrap();
+        let base = os.mmap(asid, 64 << 20, MapFlags::default()).unwrap();
+        let mut rng = Rng::new(7);
+        for _ in 0..4000 {
+            let va = base + rng.below(64 << 20);
+            let t = os.fault(asid, va).unwrap();
+            let (lo, hi) = os.driver.partition_range(os.driver.partition(va));
+            assert!(t.pbase >= lo && t.pbase < hi, "{va:#x} → {:#x} outside [{lo:#x}, {hi:#x})", t.pbase);
+        }
+        for (p, t) in os.driver.tables.iter().enumerate() {
+            let (lo, hi) = os.driver.partition_range(p as u32);
+            assert!(t.chunks.iter().all(|&c| c >= lo && c + os.driver.chunk_bytes <= hi), "table {p} lies in its partition");
+        }
+    }
+
+    /// A partition that fills swaps its own pages out; it never takes another partition's frame.
+    #[test]
+    fn a_full_partition_swaps_rather_than_spills() {
+        let mut os = booted(64 << 20, 4, true);
+        let asid = os.spawn(false).unwrap();
+        let base = os.mmap(asid, 256 << 20, MapFlags::default()).unwrap();
+        let (lo, hi) = os.driver.partition_range(0);
+        let free_elsewhere = |os: &Os<Sparta>| os.phys.free_pages();
+        let before = free_elsewhere(&os);
+        // 24 MiB of partition-0 pages into a 16 MiB partition.
+        let pages: Vec<u64> =
+            (0..(256u64 << 20) >> 12).map(|i| base + (i << 12)).filter(|&va| os.driver.partition(va) == 0).take(6144).collect();
+        for &va in &pages {
+            let t = os.fault(asid, va).unwrap();
+            assert!(t.pbase >= lo && t.pbase < hi);
+        }
+        assert!(os.stats.swap_outs > 0, "the partition swapped");
+        // The other three partitions' memory is untouched (only partition 0's frames were used).
+        assert!(before - free_elsewhere(&os) <= (hi - lo) >> 12);
+    }
+
+    /// §7.4: at load factor ≤ 1/4 a walk is one reference. A whole partition mapped by one
+    /// address space: every walk reads exactly one bucket.
+    #[test]
+    fn one_reference_per_walk_at_load_factor_one_quarter() {
+        let mut os = booted(64 << 20, 4, false);
+        let asid = os.spawn(false).unwrap();
+        let base = os.mmap(asid, 48 << 20, MapFlags::default()).unwrap();
+        let vas: Vec<u64> = (0..(48u64 << 20) >> 12).map(|i| base + (i << 12)).collect();
+        for &va in &vas {
+            os.fault(asid, va).unwrap();
+        }
+        let mut plan = WalkPlan::default();
+        let mut wc = NoWalkCache;
+        for &va in &vas {
+            plan.clear();
+            let (d, s) = crate::mmu::pipeline::TranslationHost::tables(&mut os, asid);
+            let t = d.walk(s, &mut wc, asid, va, &mut plan).expect("mapped");
+            assert_eq!(plan.refs.len(), 1, "{va:#x}: one reference");
+            let p = d.partition(va);
+            let (lo, hi) = d.partition_range(p);
+            assert!(plan.refs[0].paddr >= lo && plan.refs[0].paddr < hi, "the table entry is in the partition");
+            assert_eq!(Some(t), os.truth(asid, va));
+        }
+        assert_eq!(os.driver.overflow_probes, 0);
+        // Many address spaces hashing into the same buckets: at most one overflow probe per walk
+        // at this load factor, and every entry still found.
+        let mut os = booted(64 << 20, 4, false);
+        let mut all = Vec::new();
+        for _ in 0..6 {
+            let asid = os.spawn(false).unwrap();
+            let base = os.mmap(asid, 8 << 20, MapFlags::default()).unwrap();
+            for i in 0..(8u64 << 20) >> 12 {
+                os.fault(asid, base + (i << 12)).unwrap();
+                all.push((asid, base + (i << 12)));
+            }
+        }
+        for &(asid, va) in &all {
+            plan.clear();
+            let (d, s) = crate::mmu::pipeline::TranslationHost::tables(&mut os, asid);
+            assert!(d.walk(s, &mut wc, asid, va, &mut plan).is_some());
+            assert!(plan.refs.len() <= 2);
+        }
     }
 }

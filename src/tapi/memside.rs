@@ -39,6 +39,12 @@ pub trait MemorySide {
         va
     }
 
+    /// The range of [`MemorySide::tlb_va`] addresses a shootdown of `[start, end)` must drop in
+    /// a partition's TLB (a superset when routing bits were taken out). Default: the range.
+    fn tlb_range(&self, start: u64, end: u64) -> (u64, u64) {
+        (start, end)
+    }
+
     /// [`MemoryTranslation::PredictedFrame`]: the physical address the partition's predictor
     /// guesses for `va` (`None`: no prediction; the fetch waits for the table). Default: `None`.
     fn predict(&mut self, _asid: u16, _va: u64) -> Option<u64> {

@@ -439,9 +439,11 @@ impl PhysMem {
     /// A partition's buddy allocator (SPARTA Algorithm 1, Linux's `alloc_pages_node`): like
     /// [`PhysMem::alloc`] — the smallest order ≥ `order` that has a free block, normal class before
     /// tail, lowest address first, split as needed — but only blocks inside the frames
-    /// `[lo, hi)` qualify. Partitions aligned to the largest buddy block never share a block, so
-    /// this is a buddy allocator per partition over one set of free lists. None when the range has
-    /// no free block of a sufficient order (orders above the largest buddy order are refused).
+    /// `[lo, hi)` qualify, or the range's first block carved out of a free block that holds it
+    /// (a range smaller than the largest buddy block). Partitions aligned to the largest buddy
+    /// block never share a block, so this is a buddy allocator per partition over one set of free
+    /// lists. None when the range has no free block of a sufficient order (orders above the
+    /// largest buddy order are refused).
     pub fn alloc_in_range(&mut self, order: u32, lo: u64, hi: u64) -> Option<Pfn> {
         let top = self.top();
         if order > top || lo >= hi {
@@ -454,6 +456,16 @@ impl PhysMem {
                     Class::Tail if self.tail_total > 0 => &self.tail[j as usize],
                     Class::Tail => continue,
                 };
+                // A free block that starts before the range but reaches into it (a range smaller
+                // than the largest block, or not aligned to it): carve the range's first block.
+                let first = lo.next_multiple_of(1 << order);
+                let container = first >> j;
+                let (cs, ce) = (container << j, (container + 1) << j);
+                if (cs < lo || ce > hi) && first + (1 << order) <= hi && tree.next_set(container) == Some(container) {
+                    self.split_out(cs, j, class, first, order, Class::Normal);
+                    bit_set(&mut self.heads[order as usize], first >> order);
+                    return Some(Pfn(first));
+                }
                 let Some(idx) = tree.next_set(lo.div_ceil(1 << j)) else { continue };
                 let start = idx << j;
                 if start + (1 << j) > hi {
