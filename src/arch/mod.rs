@@ -13,6 +13,7 @@
 //! missing something every driver should have (docs/architecture.md).
 
 pub mod arm64;
+pub mod dipta;
 pub mod ecpt;
 pub mod fpt;
 pub mod nested;
@@ -39,6 +40,7 @@ macro_rules! registry {
             rmm => $crate::arch::rmm::Rmm,
             utopia => $crate::arch::utopia::Utopia,
             arm64 => $crate::arch::arm64::Arm64,
+            dipta => $crate::arch::dipta::Dipta,
         }
     };
 }
