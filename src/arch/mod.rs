@@ -13,6 +13,7 @@
 //! missing something every driver should have (docs/architecture.md).
 
 pub mod arm64;
+pub mod dipta;
 pub mod ecpt;
 pub mod fpt;
 pub mod nested;
@@ -41,6 +42,7 @@ macro_rules! registry {
             utopia => $crate::arch::utopia::Utopia,
             arm64 => $crate::arch::arm64::Arm64,
             sparta => $crate::arch::sparta::Sparta,
+            dipta => $crate::arch::dipta::Dipta,
         }
     };
 }
