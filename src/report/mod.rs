@@ -162,7 +162,7 @@ pub fn json(r: &RunOutput) -> Value {
         }
         os_ops.insert(p.name().into(), Value::Object(row));
     }
-    json!({
+    let mut v = json!({
         "schema": SCHEMA,
         "design": r.design,
         "workload": r.workload,
@@ -173,13 +173,17 @@ pub fn json(r: &RunOutput) -> Value {
         "os_ops": os_ops,
         "mem": r.mem,
         "driver": r.driver,
-        "accel": r.accel,
         "config": crate::config::to_json(&r.config),
         "host": {
             "wall_seconds": r.wall_s,
             "sim_accesses_per_sec": per(r.core.accesses as f64, r.wall_s),
         },
-    })
+    });
+    // Accelerator runs only: their counters (docs/results-schema.md).
+    if let Some(a) = &r.accel {
+        v["accel"] = json!(a);
+    }
+    v
 }
 
 fn fmt_value(v: f64, unit: &str) -> String {
