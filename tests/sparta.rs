@@ -46,7 +46,7 @@ fn every_accelerator_design_agrees_with_the_os() {
 #[test]
 fn memory_pressure_swaps_within_partitions() {
     let w = ["workload.name=\"bst-ext\"", "workload.params.footprint=512M", "workload.params.max_accesses=100000", "os.memory=256M"];
-    for d in ["sparta-8", "sparta-32", "accel-conventional"] {
+    for d in ["sparta-8", "sparta-32", "accel-conventional", "dipta"] {
         let r = run(d, &sets(&w));
         assert!(r.os.swap_outs > 0, "{d}: memory pressure swaps: {:?}", r.os);
     }

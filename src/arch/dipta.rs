@@ -22,8 +22,10 @@
 //! - **Placement** ([`FramePlacement::place`]): a free way of the page's set; in a full set the
 //!   victim of a per-set CLOCK over the accessed bits (which the hardware table sets when a lookup
 //!   finds the page), which the OS swaps out (`EvictTo::Swap`: there is nowhere else to put it).
-//! - **Walk** ([`Driver::walk`]): the partition's table probe, `table_cycles` and no memory
-//!   reference (an SRAM table, or SPARTA §7.7's idealized DRAM table with no DRAM overhead).
+//! - **Walk** ([`Driver::walk`]): the partition's table probe: by default SPARTA §7.7's
+//!   idealized DRAM-based table — one DRAM read of the set's tags, stored with the set (in its
+//!   first line: no capacity taken from data, as §7.7 assumes) — or, with `table = "sram"`,
+//!   `table_cycles` and no memory reference.
 //! - **Memory side** ([`MemorySide`]): requests are routed by the VA's set to its partition, whose
 //!   way predictor names the frame to fetch from while the table is probed
 //!   ([`MemoryTranslation::PredictedFrame`]). The predictor is ours (PACT'17's differs in detail):
@@ -61,11 +63,25 @@ pub struct DiptaConfig {
     /// Mix the ASID into the set index (false: VPN mod sets, so processes with the same layout
     /// compete for the same sets, as a VA-indexed table makes them).
     pub index_asid: bool,
+    /// Where the table lives: `"dram"` (SPARTA §7.7's idealized DRAM-based DIPTA: a probe is a
+    /// DRAM read in the set's partition) or `"sram"` (`table_cycles` per probe).
+    pub table: DiptaTable,
+}
+
+/// Where DIPTA's table lives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiptaTable {
+    /// In DRAM beside the data (3D-stacked; §7.7's idealized variant, the default).
+    #[default]
+    Dram,
+    /// In SRAM (`table_cycles` per probe; §7.7: 256 MB of it for 128 GB).
+    Sram,
 }
 
 impl Default for DiptaConfig {
     fn default() -> Self {
-        DiptaConfig { ways: 4, partitions: 32, predictor_entries: 4096, table_cycles: 10, index_asid: false }
+        DiptaConfig { ways: 4, partitions: 32, predictor_entries: 4096, table_cycles: 10, index_asid: false, table: DiptaTable::Dram }
     }
 }
 
@@ -661,17 +677,23 @@ impl Driver for Dipta {
 
     fn new_walk_cache(&self) {}
 
-    /// The partition's table probe: `table_cycles`, no memory reference. A hit sets the page's
+    /// The partition's table probe (one DRAM read of the set's tags, or `table_cycles` of SRAM).
+    /// A hit sets the page's
     /// accessed bit, as a hardware walker does (the CLOCK reads it).
     #[inline]
     fn walk(&mut self, _s: &mut DiptaSpace, _wc: &mut (), asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
-        plan.fixed_cycles += self.cfg.table_cycles;
         self.stats.walks += 1;
         if self.sets == 0 || va >> VA_BITS != 0 {
+            plan.fixed_cycles += self.cfg.table_cycles;
             return None;
         }
         let vpn = va >> K4_SHIFT;
         let set = self.set_of(asid, vpn);
+        match self.cfg.table {
+            DiptaTable::Sram => plan.fixed_cycles += self.cfg.table_cycles,
+            // The set's tags, read from its own DRAM rows.
+            DiptaTable::Dram => plan.push(self.frame_pa(set, 0), 0, true),
+        }
         let way = self.way_of(set, tag(asid, vpn))?;
         self.stats.walk_hits += 1;
         self.meta[(set * self.ways + way) as usize] |= ACCESSED;
@@ -974,9 +996,17 @@ mod tests {
         let pa = map(&mut d, &mut s, 0x5000, env);
         let mut plan = WalkPlan::default();
         assert_eq!(d.walk(&mut s, &mut (), 0, 0x5abc, &mut plan), Some(Translation { pbase: pa, size: PageSize::K4 }));
+        // The DRAM table (default): one read of the set's tags, in the set's first frame.
+        assert_eq!(plan.refs.len(), 1);
+        assert_eq!(plan.refs[0].paddr, d.frame_pa(d.set_of(0, 5), 0));
+        assert_eq!(plan.fixed_cycles, 0);
+        assert!(d.find(&mut s, 0x5000, env).unwrap().accessed, "the hardware set the accessed bit");
+        // The SRAM table: `table_cycles`, no reference.
+        d.cfg.table = DiptaTable::Sram;
+        plan.clear();
+        d.walk(&mut s, &mut (), 0, 0x5abc, &mut plan).unwrap();
         assert!(plan.refs.is_empty());
         assert_eq!(plan.fixed_cycles, 10);
-        assert!(d.find(&mut s, 0x5000, env).unwrap().accessed, "the hardware set the accessed bit");
         plan.clear();
         assert_eq!(d.walk(&mut s, &mut (), 0, 0x6000, &mut plan), None);
         assert_eq!(plan.fixed_cycles, 10);

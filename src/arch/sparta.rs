@@ -618,6 +618,30 @@ mod tests {
         }
     }
 
+    /// munmap removes the pages' table entries and frees their frames back to their partition;
+    /// pages mapped again land in their partitions again.
+    #[test]
+    fn munmap_frees_entries_and_frames_within_partitions() {
+        let mut os = booted(256 << 20, 8, false);
+        let asid = os.spawn(false).unwrap();
+        let free0 = os.phys.free_pages();
+        let base = os.mmap(asid, 16 << 20, MapFlags::default()).unwrap();
+        for i in 0..(16u64 << 20) >> 12 {
+            os.fault(asid, base + (i << 12)).unwrap();
+        }
+        assert_eq!(os.driver.entries, 4096);
+        os.munmap(asid, base, 16 << 20).unwrap();
+        assert_eq!(os.driver.entries, 0, "every entry removed");
+        assert_eq!(os.phys.free_pages(), free0, "every frame back");
+        let again = os.mmap(asid, 16 << 20, MapFlags::default()).unwrap();
+        for i in 0..(16u64 << 20) >> 12 {
+            let va = again + (i << 12);
+            let t = os.fault(asid, va).unwrap();
+            let (lo, hi) = os.driver.partition_range(os.driver.partition(va));
+            assert!(t.pbase >= lo && t.pbase < hi);
+        }
+    }
+
     /// A partition that fills swaps its own pages out; it never takes another partition's frame.
     #[test]
     fn a_full_partition_swaps_rather_than_spills() {

@@ -7,6 +7,7 @@
 
 pub mod emt;
 pub mod et;
+pub mod sparta;
 pub mod utopia;
 
 use crate::arch;
@@ -56,7 +57,7 @@ pub struct Study {
 }
 
 /// Every study.
-pub static STUDIES: &[Study] = &[emt::STUDY, utopia::STUDY, et::STUDY];
+pub static STUDIES: &[Study] = &[emt::STUDY, utopia::STUDY, et::STUDY, sparta::STUDY];
 
 /// Finds a study.
 pub fn lookup(name: &str) -> Result<&'static Study> {
@@ -91,24 +92,50 @@ pub struct StudyOutput {
 }
 
 /// Runs a study. `extra` are `--set` overrides applied to every run (e.g. a smaller scale).
+/// Runs go in parallel on every host core (each run is independent and deterministic, so the
+/// numbers do not depend on the order); Ctrl-C stops scheduling new ones and the findings whose
+/// runs finished are reported.
 pub fn run(study: &Study, extra: &[String], progress: bool) -> Result<StudyOutput> {
-    let mut done: BTreeMap<String, RunOutput> = BTreeMap::new();
     let specs = (study.runs)();
-    for (i, spec) in specs.iter().enumerate() {
+    let mut cfgs = Vec::with_capacity(specs.len());
+    for spec in &specs {
         let design = arch::lookup(spec.design)?;
         let mut sets = spec.sets.clone();
         sets.extend(extra.iter().cloned());
-        let cfg = Layers { preset: Some(study.preset.into()), file: None, sets }.resolve(Some(design))?;
-        if progress {
-            eprintln!("[{}/{}] {} ({})", i + 1, specs.len(), spec.key, spec.design);
+        cfgs.push((design, Layers { preset: Some(study.preset.into()), file: None, sets }.resolve(Some(design))?));
+    }
+    let jobs = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(specs.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: std::sync::Mutex<Vec<Option<Result<RunOutput>>>> = std::sync::Mutex::new((0..specs.len()).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= specs.len() || sim::INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let (design, cfg) = &cfgs[i];
+                if progress {
+                    eprintln!("[{}/{}] {} ({})", i + 1, specs.len(), specs[i].key, specs[i].design);
+                }
+                // One progress bar at a time: only when the runs are not in parallel.
+                let r = sim::run(design, cfg, &[], progress && jobs == 1);
+                let failed = r.is_err();
+                results.lock().expect("no run panicked holding the lock")[i] = Some(r);
+                if failed {
+                    break;
+                }
+            });
         }
-        let r = sim::run(design, &cfg, &[], progress)?;
-        let stop = r.interrupted;
-        if !stop {
-            done.insert(spec.key.clone(), r);
-        }
-        if stop {
-            break;
+    });
+    let mut done: BTreeMap<String, RunOutput> = BTreeMap::new();
+    for (spec, r) in specs.iter().zip(results.into_inner().expect("no run panicked holding the lock")) {
+        match r {
+            Some(Ok(r)) if !r.interrupted => {
+                done.insert(spec.key.clone(), r);
+            }
+            Some(Err(e)) => return Err(e),
+            _ => {}
         }
     }
     let findings = (study.findings)();

@@ -720,7 +720,10 @@ impl<D: Driver> Machine<D> {
         let guess = self.os.driver.memory_side().expect("a memory-side design").predict(asid, va);
         let t = self.walk_or_fault(asid, va, lat)?;
         self.stats.walks += 1;
-        let table = self.plan.fixed_cycles as f64;
+        // The table probe: its fixed cycles (SRAM) and its DRAM reads, local to the partition.
+        let fixed = self.plan.fixed_cycles as f64;
+        let (_, dram) = self.time_plan(0);
+        let table = fixed + dram as f64;
         let pa = t.paddr(va);
         self.os.driver.memory_side().expect("a memory-side design").train(asid, va, pa);
         self.stats.predictions += guess.is_some() as u64;
