@@ -139,6 +139,7 @@ fn accel_metrics(a: &crate::sim::accel::AccelStats, add: &mut impl FnMut(&str, f
     add("tlb_misses", misses, "misses");
     add("translation_overhead_cycles", a.translation_cycles, "cycles");
     add("ideal_cycles", a.ideal_cycles, "cycles");
+    add("accel_mean_cycles", a.mean_cycles, "cycles");
     add("fraction_of_ideal", per(a.ideal_cycles, a.cycles), "fraction");
     add("remote_data_fraction", per(a.remote_data_refs as f64, a.data_refs as f64), "fraction");
     add("way_prediction_accuracy", per(a.predictions_correct as f64, a.predictions as f64), "fraction");

@@ -105,6 +105,9 @@ pub struct AccelStats {
     /// Cycles the run would have taken with ideal translation (each accelerator's cycles minus
     /// its translation cycles; the slowest).
     pub ideal_cycles: f64,
+    /// Mean of the accelerators' cycles: the per-operation view of §6.3's CPI model, which a
+    /// slowest accelerator (far from the socket holding hot data) does not dominate.
+    pub mean_cycles: f64,
 }
 
 /// How this run translates.
@@ -230,6 +233,8 @@ pub(super) fn run<D: Driver>(
     s.accel_tlb_distinct = distinct;
     s.cycles = agents.iter().map(|a| a.cycles).fold(0.0, f64::max);
     s.ideal_cycles = agents.iter().map(|a| a.cycles - a.translation).fold(0.0, f64::max);
+    let busy: Vec<&Agent> = agents.iter().filter(|a| a.cycles > 0.0).collect();
+    s.mean_cycles = busy.iter().map(|a| a.cycles).sum::<f64>() / busy.len().max(1) as f64;
     Ok(output(design, cfg, workload_name, interrupted, &m, s, started, setup_s))
 }
 
