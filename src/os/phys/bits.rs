@@ -214,6 +214,40 @@ impl BitTree {
         }
     }
 
+    /// [`BitTree::next_set`] that clears the stale summary bits it steps over, so repeated
+    /// searches from one place (a partition's allocator, which searches from the partition's
+    /// start) pay for each stale bit once instead of every time.
+    pub(super) fn next_set_mut(&mut self, from: u64) -> Option<u64> {
+        let mut l = 0;
+        let mut idx = from;
+        loop {
+            let w = idx / 64;
+            let word = *self.level(l).get(w as usize)?;
+            let m = word & (!0u64 << (idx % 64));
+            if m == 0 {
+                if l + 1 >= self.depth {
+                    return None;
+                }
+                idx = w + 1;
+                l += 1;
+                continue;
+            }
+            let b = w * 64 + u64::from(m.trailing_zeros());
+            if l == 0 {
+                return Some(b);
+            }
+            if self.level(l - 1).get(b as usize).is_some_and(|&c| c != 0) {
+                l -= 1;
+                idx = b * 64;
+            } else {
+                // Stale: its word below is empty. Clear it (a clear summary bit must mean empty).
+                let at = self.bounds[l] + w as usize;
+                self.words[at] &= !(1u64 << (b % 64));
+                idx = b + 1;
+            }
+        }
+    }
+
     /// Lowest set bit at or after `from` (read-only: steps over stale summary bits).
     pub(super) fn next_set(&self, from: u64) -> Option<u64> {
         let mut l = 0;

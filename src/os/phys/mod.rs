@@ -451,22 +451,21 @@ impl PhysMem {
         }
         for j in order..=top {
             for class in [Class::Normal, Class::Tail] {
-                let tree = match class {
-                    Class::Normal => &self.free[j as usize],
-                    Class::Tail if self.tail_total > 0 => &self.tail[j as usize],
-                    Class::Tail => continue,
-                };
+                if class == Class::Tail && self.tail_total == 0 {
+                    continue;
+                }
                 // A free block that starts before the range but reaches into it (a range smaller
                 // than the largest block, or not aligned to it): carve the range's first block.
                 let first = lo.next_multiple_of(1 << order);
                 let container = first >> j;
                 let (cs, ce) = (container << j, (container + 1) << j);
-                if (cs < lo || ce > hi) && first + (1 << order) <= hi && tree.next_set(container) == Some(container) {
+                let tree = self.tree_mut(j, class);
+                if (cs < lo || ce > hi) && first + (1 << order) <= hi && tree.test(container) {
                     self.split_out(cs, j, class, first, order, Class::Normal);
                     bit_set(&mut self.heads[order as usize], first >> order);
                     return Some(Pfn(first));
                 }
-                let Some(idx) = tree.next_set(lo.div_ceil(1 << j)) else { continue };
+                let Some(idx) = tree.next_set_mut(lo.div_ceil(1 << j)) else { continue };
                 let start = idx << j;
                 if start + (1 << j) > hi {
                     continue;

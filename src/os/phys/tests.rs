@@ -911,3 +911,27 @@ fn random_tail_traffic_matches_a_page_model() {
     tail_model_run(11, false);
     tail_model_run(12, true);
 }
+
+/// A partition's allocator: blocks only inside the range, carved out of a larger free block
+/// when the range is smaller than one, and exhausted exactly when the range is.
+#[test]
+fn alloc_in_range_stays_inside_the_range() {
+    // 64 MiB, largest block 32 MiB (order 13): ranges of 16 MiB lie inside one free block.
+    let mut m = PhysMem::new(64 << 20, 14);
+    let (lo, hi) = (4096u64, 8192u64); // frames of [16 MiB, 32 MiB)
+    let mut got = Vec::new();
+    while let Some(p) = m.alloc_in_range(0, lo, hi) {
+        assert!(p.0 >= lo && p.0 < hi, "{:#x} outside the range", p.0);
+        got.push(p.0);
+    }
+    assert_eq!(got.len() as u64, hi - lo, "every frame of the range, once");
+    assert_eq!(m.free_pages(), (64 << 8) - (hi - lo), "nothing outside was taken");
+    m.check_invariants().unwrap();
+    // 2 MiB blocks from a range after some 4 KiB frames came back.
+    for &p in &got[..1024] {
+        m.free(Pfn(p), 0).unwrap();
+    }
+    let b = m.alloc_in_range(9, lo, hi).expect("a whole 2 MiB block came back");
+    assert!(b.0 >= lo && b.0 + 512 <= hi && b.0 % 512 == 0);
+    m.check_invariants().unwrap();
+}
