@@ -932,6 +932,6 @@ fn alloc_in_range_stays_inside_the_range() {
         m.free(Pfn(p), 0).unwrap();
     }
     let b = m.alloc_in_range(9, lo, hi).expect("a whole 2 MiB block came back");
-    assert!(b.0 >= lo && b.0 + 512 <= hi && b.0 % 512 == 0);
+    assert!(b.0 >= lo && b.0 + 512 <= hi && b.0.is_multiple_of(512));
     m.check_invariants().unwrap();
 }
