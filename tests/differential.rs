@@ -167,3 +167,22 @@ fn utopia_checked_across_evictions_and_migrations() {
         }
     }
 }
+
+/// fork then copy-on-write, on CPUs: the child shares every page read-only; the parent's first
+/// store to each copies it (the child is idle), and every TLB entry the copy made stale must be
+/// gone, or checked mode fails the run.
+#[test]
+fn fork_and_copy_on_write_under_checked_mode() {
+    let w = [
+        "workload.name=\"kvstore\"",
+        "workload.params.footprint=64M",
+        "workload.params.max_accesses=100000",
+        "sim.fork_after_setup=true",
+        "sim.checked=true",
+    ];
+    for d in ["radix4", "radix4-thp", "ecpt", "fpt-l3l2-thp", "arm64-cont"] {
+        let r = run(d, &w);
+        assert!(r.os.cow_copies > 0, "{d}: copies {:?}", r.os);
+        assert_eq!(r.core.checked, r.core.accesses, "{d}: every access checked");
+    }
+}

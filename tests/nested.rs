@@ -97,7 +97,9 @@ fn host_backs_guest_memory_on_demand_or_at_the_first_walk() {
 
 #[test]
 fn designs_that_cannot_nest_say_so() {
-    for name in ["utopia@radix4", "radix4@rmm", "pomtlb@radix4", "ideal@radix4", "radix4@ptlb"] {
+    for name in
+        ["utopia@radix4", "radix4@rmm", "pomtlb@radix4", "ideal@radix4", "radix4@ptlb", "accel-conventional@radix4", "sparta-8@radix4"]
+    {
         let e = arch::lookup(name).err().unwrap_or_else(|| panic!("{name} resolved")).to_string();
         assert!(e.contains("cannot be nested") || e.contains("perfect-TLB"), "{name}: {e}");
     }
@@ -109,7 +111,9 @@ fn designs_that_cannot_nest_say_so() {
 #[test]
 fn every_nestable_pair_agrees_with_the_composed_truth() {
     let nestable: Vec<&str> = arch::designs()
-        .filter(|d| NESTABLE.contains(&d.driver) && !d.settings.iter().any(|s| s.starts_with("mmu.perfect_tlb")))
+        .filter(|d| {
+            NESTABLE.contains(&d.driver) && !d.settings.iter().any(|s| s.starts_with("mmu.perfect_tlb") || s.starts_with("accel.enabled"))
+        })
         .map(|d| d.name)
         .collect();
     assert!(nestable.len() >= 10, "{nestable:?}");

@@ -66,3 +66,20 @@ fn sparta_beats_the_conventional_baseline() {
     assert!(overhead(2) < overhead(1) && overhead(1) < overhead(0), "overheads {} {} {}", overhead(0), overhead(1), overhead(2));
     assert_eq!(overhead(3), 0.0);
 }
+
+/// §5: a copy-on-write copy lands in the page's partition. A forked snapshot (the child idle)
+/// makes every first store of the parent copy its page; checked mode verifies each translation
+/// and that each frame lies in its virtual address's partition. DIPTA cannot share a frame.
+#[test]
+fn copy_on_write_copies_stay_in_their_partition() {
+    let w =
+        ["workload.name=\"kvstore\"", "workload.params.footprint=128M", "workload.params.max_accesses=150000", "sim.fork_after_setup=true"];
+    for d in ["sparta-8", "sparta-32-2m", "accel-conventional"] {
+        let r = run(d, &sets(&w));
+        assert!(r.os.cow_copies > 0, "{d}: the parent's stores copied pages: {:?}", r.os);
+        assert!(r.os.cow_shared_pages > 0);
+    }
+    let cfg = config("dipta", &sets(&w));
+    let e = xlate::sim::run(xlate::arch::lookup("dipta").unwrap(), &cfg, &[], false).err().expect("DIPTA refuses to share a frame");
+    assert!(e.to_string().contains("copy-on-write"), "{e}");
+}

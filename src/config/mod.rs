@@ -98,6 +98,10 @@ pub struct SimConfig {
     pub quantum_instrs: u64,
     /// Flush TLBs on a context switch (no PCIDs).
     pub flush_on_switch: bool,
+    /// Fork each workload process once its setup is done; the child stays idle (a snapshot,
+    /// as Redis's BGSAVE forks), so the parent's stores copy the pages they touch first
+    /// (copy-on-write; docs/os-model.md).
+    pub fork_after_setup: bool,
 }
 
 impl Default for SimConfig {
@@ -109,6 +113,7 @@ impl Default for SimConfig {
             checked: false,
             quantum_instrs: 10_000_000,
             flush_on_switch: false,
+            fork_after_setup: false,
         }
     }
 }

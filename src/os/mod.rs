@@ -9,6 +9,7 @@ mod coala;
 mod config;
 pub mod eager;
 mod fault;
+mod fork;
 pub mod hawkeye;
 mod host;
 pub mod hugetlb;
@@ -146,6 +147,12 @@ pub struct OsStats {
     pub evictions: u64,
     /// Cycles accesses waited for a page being copied.
     pub migration_stall_cycles: u64,
+    /// Pages fork shared copy-on-write (parent and child mappings of one frame count once).
+    pub cow_shared_pages: u64,
+    /// Copy-on-write faults that copied the page to a new frame.
+    pub cow_copies: u64,
+    /// Copy-on-write faults by the last sharer, which only made the page writable.
+    pub cow_reuses: u64,
     /// Accesses that waited for a page being copied.
     pub migration_stalled_accesses: u64,
 }
@@ -218,6 +225,10 @@ pub struct Os<D: Driver> {
     busy: IntMap<f64>,
     /// Resident pages in mapping order (asid, va, size, pa), for the swap victim choice.
     resident: VecDeque<(u16, u64, PageSize, u64)>,
+    /// Frames mapped by more than one address space (fork): physical base → mappings.
+    sharers: IntMap<u32>,
+    /// Pages shared copy-on-write, by [`fork::cow_key`]: a store to one copies it.
+    cow: IntMap<PageSize>,
 }
 
 impl<D: Driver> Os<D> {
@@ -271,6 +282,8 @@ impl<D: Driver> Os<D> {
             stale_wc: Vec::new(),
             busy: IntMap::default(),
             resident: VecDeque::new(),
+            sharers: IntMap::default(),
+            cow: IntMap::default(),
         })
     }
 
@@ -387,6 +400,9 @@ impl<D: Driver> Os<D> {
     }
 
     fn free_frame(&mut self, pa: u64, size: PageSize) -> Result<()> {
+        if self.unshare(pa) {
+            return Ok(()); // another address space still maps it (fork)
+        }
         if self.driver_owns(pa) {
             return Ok(()); // the driver freed its slot when the translation was removed
         }

@@ -63,6 +63,15 @@ impl Truth {
         None
     }
 
+    /// Every mapping as (virtual base, physical base, size), in no particular order.
+    pub fn pages(&self) -> Vec<(u64, u64, PageSize)> {
+        let mut v = Vec::new();
+        for s in PageSize::ALL {
+            v.extend(self.maps[s.index()].iter().map(|(&vpn, &pa)| (vpn << s.shift(), pa, s)));
+        }
+        v
+    }
+
     /// Pages mapped of each size.
     pub fn counts(&self) -> [u64; PageSize::COUNT] {
         self.count

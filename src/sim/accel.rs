@@ -341,7 +341,18 @@ fn access_loop<D: Driver>(
             }
             let a = st.buf[st.pos];
             st.pos += 1;
-            let lat = m.access(&mut agents[ai], a.asid, a.vaddr, a.kind == AccessKind::Store)?;
+            let store = a.kind == AccessKind::Store;
+            let mut cow = 0.0;
+            if store && m.os.has_cow() {
+                // The write fault of a page shared copy-on-write (os/fork.rs), before translating.
+                if let Some(c) = m.os.cow_fault(a.asid, a.vaddr, agents[ai].cycles / m.os_scale)? {
+                    cow = c * m.os_scale;
+                    m.stats.os_cycles += cow;
+                    m.apply_shootdowns(agents);
+                }
+            }
+            let mut lat = m.access(&mut agents[ai], a.asid, a.vaddr, store)?;
+            lat.total += cow;
             if !m.os.pending.is_empty() || !m.os.pending_flush.is_empty() {
                 m.apply_shootdowns(agents);
             }

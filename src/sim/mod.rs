@@ -395,6 +395,9 @@ fn spawn<D: Driver>(
             let asid = os.spawn(false)?;
             let mut w = workload::build(name, params, cfg.seed.wrapping_add(p as u64))?;
             w.setup(&mut ProcVm { os, asid })?;
+            if cfg.sim.fork_after_setup {
+                os.fork(asid)?;
+            }
             for t in 0..w.threads() {
                 streams.push(Stream { proc: p, thread: t, asid, buf: vec![Access::default(); BATCH], pos: 0, len: 0, done: false });
             }
@@ -645,6 +648,18 @@ fn step<D: Driver, T: TimingModel, M: Mode>(eng: &mut Engine<D, T>, core: &mut C
         }
         None => None,
     };
+    if a.kind == AccessKind::Store && eng.os.has_cow() {
+        // A store to a page shared copy-on-write takes its write fault first (os/fork.rs).
+        if let Some(c) = eng.os.cow_fault(a.asid, a.vaddr, core.cycles)? {
+            core.cycles += c;
+            core.stats.os_cycles += c;
+            // The faulting core drops the old translation before it translates (the others
+            // apply the shootdown after this access, as for any fault).
+            for sd in &eng.os.pending {
+                core.mmu.shootdown(&eng.os.driver, sd);
+            }
+        }
+    }
     let (t, tcycles) =
         eng.pipe.translate::<D, Os<D>, M>(&mut eng.os, &mut eng.mem, &mut core.mmu, cid, a.asid, a.vaddr, fetch, &mut core.cycles)?;
     if sampled.is_some_and(|w| core.mmu.stats.walk.walks > w) {

@@ -1,0 +1,170 @@
+//! fork and copy-on-write: a child address space that shares every frame of its parent
+//! read-only, and the write-protection fault that gives a writer its own copy.
+//!
+//! `fork` maps each of the parent's pages in the child at the same virtual address and frame,
+//! write-protects both (through the translation API: one `update` per page, counted), and
+//! counts the frame's sharers. A store to a write-protected shared page ([`Os::cow_fault`])
+//! copies it into a new frame chosen like any new page of that virtual address — so a
+//! partitioned design (SPARTA §5) keeps the copy in the page's partition — or, when the writer
+//! is the last sharer, just makes the page writable again. A frame is freed when its last
+//! sharer unmaps it. A design without synonyms (DIPTA) refuses the child's mappings with its own
+//! error.
+//!
+//! What is simplified: the translations' protection is not cached in the TLBs, so the write
+//! fault is taken by the OS model when a store reaches a page marked copy-on-write, before the
+//! MMU translates it (the cost is the same fault: trap, copy, update, shootdown).
+
+use super::*;
+
+impl<D: Driver> Os<D> {
+    /// Forks `parent`: a new address space with the parent's VMAs and every page shared
+    /// copy-on-write. Returns the child's ASID. Charged to the fault path (as `fork` is to the
+    /// parent's time).
+    pub fn fork(&mut self, parent: u16) -> Result<u16> {
+        let implicit = self.proc(parent)?.implicit;
+        let child = self.spawn(implicit)?;
+        let (vmas, next_mmap) = {
+            let p = &self.procs[parent as usize];
+            (p.vmas.clone(), p.next_mmap)
+        };
+        self.procs[child as usize].vmas = vmas;
+        self.procs[child as usize].next_mmap = next_mmap;
+        self.cost.set_path(Path::Fault);
+        // The parent's pages, in address order (deterministic), each read through the API.
+        let mut pages = self.procs[parent as usize].truth.pages();
+        pages.sort_unstable();
+        for (va, _, _) in pages {
+            let o = self
+                .api(parent, Func::Iterate, |d, s, env| d.find(s, va, env))
+                .ok_or_else(|| Error::Check(format!("fork: the parent's page at {va:#x} is not in its translation database")))?;
+            let ro = TObj { prot: o.prot & !prot::WRITE, ..o };
+            self.api(parent, Func::Insert, |d, s, env| d.update(s, &ro, env))?;
+            self.install(child, o.va, o.pa, o.size, ro.prot).map_err(|e| {
+                Error::Check(format!("fork: the child (ASID {child}) cannot share the parent's {} page at {:#x}: {e}", o.size, o.va))
+            })?;
+            *self.sharers.entry(o.pa).or_insert(1) += 1;
+            if o.prot & prot::WRITE != 0 {
+                self.cow.insert(cow_key(parent, o.va, o.size), o.size);
+                self.cow.insert(cow_key(child, o.va, o.size), o.size);
+            }
+            self.stats.cow_shared_pages += 1;
+        }
+        // The parent's translations were write-protected: its TLB entries go.
+        self.shootdown(parent, 0, u64::MAX >> 7);
+        Ok(child)
+    }
+
+    /// Whether any page is shared copy-on-write (the access loops skip the check otherwise).
+    #[inline(always)]
+    pub fn has_cow(&self) -> bool {
+        !self.cow.is_empty()
+    }
+
+    /// A store by `asid` to `va`: if the page is copy-on-write, gives the writer its own copy
+    /// (or, as the last sharer, write access back) and returns the cycles the fault costs (trap
+    /// included); `None` if the page is not copy-on-write.
+    pub fn cow_fault(&mut self, asid: u16, va: u64, now: f64) -> Result<Option<f64>> {
+        let Some((pa, size)) = self.procs.get(asid as usize).and_then(|p| p.truth.lookup(va)) else { return Ok(None) };
+        let base = size.align_down(va);
+        if self.cow.remove(&cow_key(asid, base, size)).is_none() {
+            return Ok(None);
+        }
+        self.now = now;
+        let before = self.cycles(Path::Fault);
+        self.cost.set_path(Path::Fault);
+        let o = self
+            .api(asid, Func::Lookup, |d, s, env| d.find(s, base, env))
+            .ok_or_else(|| Error::Check(format!("copy-on-write page {base:#x} of ASID {asid} is not mapped")))?;
+        let rw = o.prot | prot::WRITE;
+        let n = self.sharers.get(&pa).copied().unwrap_or(1);
+        if n <= 1 {
+            // The last sharer: the page is its own again.
+            self.sharers.remove(&pa);
+            self.api(asid, Func::Insert, |d, s, env| d.update(s, &TObj { prot: rw, ..o }, env))?;
+            self.stats.cow_reuses += 1;
+        } else {
+            let flags = self.vma(asid, base).map(|v| v.flags).unwrap_or_default();
+            // The copy's frame is chosen like a new page's at this address (SPARTA: in its partition).
+            let to = self
+                .frame_for(asid, base, size, flags)?
+                .ok_or_else(|| Error::OutOfMemory(format!("a {size} frame for a copy-on-write copy at {base:#x}")))?;
+            self.cost.add_to(Func::Copy, Event::Page, size.base_pages());
+            self.api(asid, Func::Remove, |d, s, env| d.remove(s, base, size, env));
+            self.procs[asid as usize].truth.remove(base, size);
+            self.install(asid, base, to, size, rw)?;
+            if n == 2 {
+                self.sharers.remove(&pa);
+            } else {
+                self.sharers.insert(pa, n - 1);
+            }
+            self.stats.cow_copies += 1;
+        }
+        self.shootdown(asid, base, base + size.bytes());
+        Ok(Some(self.cycles(Path::Fault) - before + self.cfg.fault_trap_cycles))
+    }
+
+    /// Whether the frame at `pa` is shared by more than one mapping: it is not freed, only one
+    /// sharer fewer is counted ([`Os::free_frame`]).
+    pub(super) fn unshare(&mut self, pa: u64) -> bool {
+        match self.sharers.get(&pa).copied() {
+            Some(n) if n > 1 => {
+                if n == 2 {
+                    self.sharers.remove(&pa);
+                } else {
+                    self.sharers.insert(pa, n - 1);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Key of a copy-on-write page: its ASID, size and base.
+#[inline]
+pub(super) fn cow_key(asid: u16, va: u64, size: PageSize) -> u64 {
+    ((size.align_down(va) >> 12) << 19) | ((asid as u64) << 3) | size.index() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::radix::{Radix, RadixConfig};
+
+    /// fork shares frames; the first writer copies, the last sharer only regains write access;
+    /// a shared frame is freed when its last mapping goes.
+    #[test]
+    fn fork_shares_then_copies_then_frees() {
+        let cfg = OsConfig { memory: 256 << 20, thp: ThpMode::Never, ..OsConfig::default() };
+        let mut os = Os::boot(Radix::from_config(&RadixConfig::default(), 1).unwrap(), &cfg, 1).unwrap();
+        let p = os.spawn(false).unwrap();
+        let base = os.mmap(p, 64 << 10, MapFlags::default()).unwrap();
+        for i in 0..16 {
+            os.fault(p, base + i * 4096).unwrap();
+        }
+        let c = os.fork(p).unwrap();
+        assert_eq!(os.truth(c, base), os.truth(p, base), "the child maps the parent's frame");
+        assert_eq!(os.stats.cow_shared_pages, 16);
+        // The child writes: a copy, in a new frame.
+        assert!(os.cow_fault(c, base + 8, 0.0).unwrap().is_some());
+        assert_ne!(os.truth(c, base), os.truth(p, base));
+        assert_eq!(os.stats.cow_copies, 1);
+        // The parent writes the same page: it is the last sharer, nothing is copied.
+        assert!(os.cow_fault(p, base, 0.0).unwrap().is_some());
+        assert_eq!((os.stats.cow_copies, os.stats.cow_reuses), (1, 1));
+        // Written once, a page is no longer copy-on-write.
+        assert!(os.cow_fault(p, base, 0.0).unwrap().is_none());
+        // Unmapping the parent frees only the frame it alone maps; the child's shared 15 stay.
+        let shared = os.truth(c, base + 4096).unwrap().pbase;
+        let before = os.phys.free_pages();
+        os.munmap(p, base, 64 << 10).unwrap();
+        assert!(os.phys.free_pages() > before, "the parent's own frame is freed");
+        assert!(!os.phys.is_free(crate::addr::Pfn::containing(shared)), "a frame the child still maps is not");
+        assert_eq!(os.truth(c, base + 4096).map(|t| t.pbase), Some(shared));
+        // The child's unmap frees its copy and the 15 frames it was the last to map.
+        let before = os.phys.free_pages();
+        os.munmap(c, base, 64 << 10).unwrap();
+        assert!(os.phys.free_pages() >= before + 16, "{} → {}", before, os.phys.free_pages());
+        assert!(os.phys.is_free(crate::addr::Pfn::containing(shared)));
+    }
+}
