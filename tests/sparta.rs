@@ -83,3 +83,20 @@ fn copy_on_write_copies_stay_in_their_partition() {
     let e = xlate::sim::run(xlate::arch::lookup("dipta").unwrap(), &cfg, &[], false).err().expect("DIPTA refuses to share a frame");
     assert!(e.to_string().contains("copy-on-write"), "{e}");
 }
+
+/// DIPTA has no synonyms: sharing a region with another address space is refused clearly.
+#[test]
+fn dipta_refuses_to_share_a_frame() {
+    use xlate::arch::dipta::{Dipta, DiptaConfig};
+    use xlate::os::{Os, OsConfig};
+    let cfg = OsConfig { memory: 256 << 20, thp: xlate::os::ThpMode::Never, ..OsConfig::default() };
+    let mut os = Os::boot(Dipta::new(&DiptaConfig { partitions: 4, ..DiptaConfig::default() }), &cfg, 1).unwrap();
+    let a = os.spawn(false).unwrap();
+    let b = os.spawn(false).unwrap();
+    let base = os.mmap(a, 16 << 12, xlate::tapi::MapFlags::default()).unwrap();
+    for i in 0..16 {
+        os.fault(a, base + (i << 12)).unwrap();
+    }
+    let e = os.share(a, base, b).expect_err("a frame cannot hold two virtual pages");
+    assert!(e.to_string().contains("synonym"), "{e}");
+}

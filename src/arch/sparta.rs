@@ -381,6 +381,17 @@ impl FramePlacement<Sparta> for Sparta {
         Ok(())
     }
 
+    fn va_period(&self) -> u64 {
+        // §5: a shared or remapped region must keep its pages' partition sequence.
+        match self.cfg.hash {
+            PartitionHash::Mod => self.cfg.partitions as u64 * self.cfg.granule.bytes(),
+            // A mixed hash has no period: any address other than the same one would change
+            // partitions, so sharing and remapping keep the original address's residue modulo
+            // 2^48 (i.e. are refused unless at the same address).
+            PartitionHash::Mix => 1 << 48,
+        }
+    }
+
     fn place(&mut self, _s: &mut SpartaSpace, _asid: u16, va: u64, _size: PageSize, _flags: MapFlags, _env: &mut TdbEnv) -> Placement {
         // Algorithm 1: mem_set_id = MEM_SET_INDEX_HASH(vaddr); alloc_pages_node(vaddr, mem_set_id).
         let (lo, hi) = self.partition_range(self.partition(va));
@@ -640,6 +651,38 @@ mod tests {
             let (lo, hi) = os.driver.partition_range(os.driver.partition(va));
             assert!(t.pbase >= lo && t.pbase < hi);
         }
+    }
+
+    /// §5: a remapped region and a region shared into another address space get virtual
+    /// addresses whose partition sequence matches their frames (the `[V5..V9]` → `[V7..V11]`
+    /// adjustment), so every page keeps its frame and the frame stays in its partition.
+    #[test]
+    fn remapped_and_shared_regions_keep_their_partition_sequence() {
+        let mut os = booted(256 << 20, 8, false);
+        let a = os.spawn(false).unwrap();
+        let b = os.spawn(false).unwrap();
+        // An odd-sized gap first, so the next free address is not congruent by accident.
+        os.mmap(a, 3 << 12, MapFlags::default()).unwrap();
+        let base = os.mmap(a, 20 << 12, MapFlags::default()).unwrap();
+        let frames: Vec<u64> = (0..20).map(|i| os.fault(a, base + (i << 12)).unwrap().pbase).collect();
+        os.mmap(b, 5 << 12, MapFlags::default()).unwrap();
+        let shared = os.share(a, base, b).unwrap();
+        let moved = os.mremap(a, base).unwrap();
+        assert_ne!(moved, base);
+        for (i, &pa) in frames.iter().enumerate() {
+            let off = (i as u64) << 12;
+            for (asid, va) in [(a, moved + off), (b, shared + off)] {
+                assert_eq!(os.truth(asid, va).map(|t| t.pbase), Some(pa), "ASID {asid} {va:#x} keeps the frame");
+                assert_eq!(os.driver.partition(va), os.driver.partition(base + off), "same partition sequence");
+            }
+            assert!(os.truth(a, base + off).is_none(), "the old range is unmapped");
+        }
+        assert_eq!((os.stats.remaps, os.stats.shares), (1, 1));
+        // The shared frames stay allocated until both unmap them.
+        os.munmap(a, moved, 20 << 12).unwrap();
+        assert!(!os.phys.is_free(crate::addr::Pfn::containing(frames[0])));
+        os.munmap(b, shared, 20 << 12).unwrap();
+        assert!(os.phys.is_free(crate::addr::Pfn::containing(frames[0])));
     }
 
     /// A partition that fills swaps its own pages out; it never takes another partition's frame.

@@ -18,6 +18,7 @@ pub mod leshy;
 pub mod phys;
 mod placement;
 pub mod policy;
+mod remap;
 pub mod truth;
 
 pub use coala::{CoalaKhugepaged, HintSet, LeshyOnline, Promote32};
@@ -153,6 +154,10 @@ pub struct OsStats {
     pub cow_copies: u64,
     /// Copy-on-write faults by the last sharer, which only made the page writable.
     pub cow_reuses: u64,
+    /// Regions moved to a new virtual address (`mremap`).
+    pub remaps: u64,
+    /// Regions mapped shared into another address space.
+    pub shares: u64,
     /// Accesses that waited for a page being copied.
     pub migration_stalled_accesses: u64,
 }

@@ -86,6 +86,14 @@ pub trait FramePlacement<D: Driver> {
     fn owns_frame(&self, _pa: u64) -> bool {
         false
     }
+
+    /// The period, in bytes, with which placement depends on the virtual address: existing
+    /// frames stay valid at a new virtual address only if it is congruent to the old one modulo
+    /// this (SPARTA §5: partitions × routing granule). The OS chooses the address of a region it
+    /// remaps or shares accordingly. Default: 0, no constraint.
+    fn va_period(&self) -> u64 {
+        0
+    }
 }
 
 /// A policy that watches the hardware's walks and asks the OS to move pages (Utopia's PTW
