@@ -186,3 +186,43 @@ fn fork_and_copy_on_write_under_checked_mode() {
         assert_eq!(r.core.checked, r.core.accesses, "{d}: every access checked");
     }
 }
+
+/// fork shares frames; the first writer copies, the last sharer only regains write access; a
+/// shared frame is freed when its last mapping goes (os/fork.rs).
+#[test]
+fn fork_shares_then_copies_then_frees() {
+    use xlate::arch::radix::{Radix, RadixConfig};
+    use xlate::os::{Os, OsConfig, ThpMode};
+    use xlate::tapi::{Driver, MapFlags};
+    let cfg = OsConfig { memory: 256 << 20, thp: ThpMode::Never, ..OsConfig::default() };
+    let mut os = Os::boot(Radix::from_config(&RadixConfig::default(), 1).unwrap(), &cfg, 1).unwrap();
+    let p = os.spawn(false).unwrap();
+    let base = os.mmap(p, 64 << 10, MapFlags::default()).unwrap();
+    for i in 0..16 {
+        os.fault(p, base + i * 4096).unwrap();
+    }
+    let c = os.fork(p).unwrap();
+    assert_eq!(os.truth(c, base), os.truth(p, base), "the child maps the parent's frame");
+    assert_eq!(os.stats.cow_shared_pages, 16);
+    // The child writes: a copy, in a new frame.
+    assert!(os.cow_fault(c, base + 8, 0.0).unwrap().is_some());
+    assert_ne!(os.truth(c, base), os.truth(p, base));
+    assert_eq!(os.stats.cow_copies, 1);
+    // The parent writes the same page: it is the last sharer, nothing is copied.
+    assert!(os.cow_fault(p, base, 0.0).unwrap().is_some());
+    assert_eq!((os.stats.cow_copies, os.stats.cow_reuses), (1, 1));
+    // Written once, a page is no longer copy-on-write.
+    assert!(os.cow_fault(p, base, 0.0).unwrap().is_none());
+    // Unmapping the parent frees only the frame it alone maps; the child's shared 15 stay.
+    let shared = os.truth(c, base + 4096).unwrap().pbase;
+    let before = os.phys.free_pages();
+    os.munmap(p, base, 64 << 10).unwrap();
+    assert!(os.phys.free_pages() > before, "the parent's own frame is freed");
+    assert!(!os.phys.is_free(xlate::addr::Pfn::containing(shared)), "a frame the child still maps is not");
+    assert_eq!(os.truth(c, base + 4096).map(|t| t.pbase), Some(shared));
+    // The child's unmap frees its copy and the 15 frames it was the last to map.
+    let before = os.phys.free_pages();
+    os.munmap(c, base, 64 << 10).unwrap();
+    assert!(os.phys.free_pages() >= before + 16, "{} → {}", before, os.phys.free_pages());
+    assert!(os.phys.is_free(xlate::addr::Pfn::containing(shared)));
+}
