@@ -71,6 +71,7 @@ impl<D: Driver> Os<D> {
     pub(super) fn frame_for(&mut self, asid: u16, va: u64, size: PageSize, flags: MapFlags) -> Result<Option<u64>> {
         match self.placement(asid, va, size, flags) {
             Placement::Buddy if self.cfg.interleave > 0 => {
+                self.reclaim(size.order())?;
                 let nodes = self.cfg.interleave as u64;
                 let node_bytes = self.cfg.memory / nodes;
                 let first = (va >> size.shift()) % nodes;
