@@ -159,7 +159,10 @@ pub fn nest(guest: &'static Design, host: &'static Design) -> Result<&'static De
             return Err(Error::config("design", format!("`{}` is a perfect-TLB baseline and cannot be nested", d.name)));
         }
         if d.settings.iter().any(|s| s.starts_with("accel.enabled")) {
-            return Err(Error::config("design", format!("`{}` runs on accelerators and cannot be nested (their virtualization is not modelled)", d.name)));
+            return Err(Error::config(
+                "design",
+                format!("`{}` runs on accelerators and cannot be nested (their virtualization is not modelled)", d.name),
+            ));
         }
     }
     let name: &'static str = Box::leak(format!("{}@{}", guest.name, host.name).into_boxed_str());
