@@ -12,6 +12,7 @@ const WORKLOADS: &[(&str, &[&str])] = &[
         &["workload.name=\"gups\"", "workload.params.table=64M", "workload.params.updates=60000", "workload.params.populate=false"],
     ),
     ("stream", &["workload.name=\"stream\"", "workload.params.footprint=48M", "workload.params.stride=64"]),
+    ("ptrchase", &["workload.name=\"ptrchase\"", "workload.params.footprint=32M", "workload.params.steps=110000"]),
 ];
 
 #[test]

@@ -2,6 +2,9 @@
 
 mod common;
 use common::*;
+use xlate::arch;
+use xlate::config::Layers;
+use xlate::sim;
 
 const GUPS: [&str; 4] = ["workload.name=\"gups\"", "workload.params.table=64M", "workload.params.updates=50000", "sim.checked=true"];
 
@@ -71,4 +74,30 @@ fn workload_mixes() {
         .resolve(None)
         .unwrap_err();
     assert!(e.to_string().contains("workload.mix"), "{e}");
+}
+
+/// The TLB-reach knees of `ptrchase` on the `zen3` preset: a chase over fewer pages than the
+/// 64-entry L1 D-TLB misses it only in its first round; one within the 2048-entry L2 TLB misses
+/// the L1 on every step but walks only for its first touches; one beyond both walks on (almost)
+/// every step.
+#[test]
+fn ptrchase_shows_the_tlb_reach_knees_of_zen3() {
+    let run = |pages: u64| {
+        let sets = vec![
+            "os.memory=2G".to_string(),
+            "workload.name=\"ptrchase\"".to_string(),
+            format!("workload.params.footprint={}", pages * 4096),
+            format!("workload.params.steps={}", pages * 8),
+        ];
+        let design = arch::lookup("radix4").unwrap();
+        let cfg = Layers { preset: Some("zen3".into()), sets, ..Layers::default() }.resolve(Some(design)).unwrap();
+        let r = sim::run(design, &cfg, &[], false).unwrap();
+        (metric(&r, "l1d_tlb_mpki") / 1000.0, metric(&r, "walks") / (pages * 8) as f64)
+    };
+    let (l1, walks) = run(48);
+    assert!(l1 < 0.2 && walks < 0.2, "48 pages fit the L1 D-TLB: L1 misses/step {l1}, walks/step {walks}");
+    let (l1, walks) = run(1024);
+    assert!(l1 > 0.95 && walks <= 0.13, "1024 pages fit the L2 TLB only: L1 misses/step {l1}, walks/step {walks}");
+    let (l1, walks) = run(16384);
+    assert!(l1 > 0.95 && walks > 0.9, "16384 pages overflow both: L1 misses/step {l1}, walks/step {walks}");
 }

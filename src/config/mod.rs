@@ -227,6 +227,11 @@ pub static PRESETS: &[Preset] = &[
         toml: include_str!("presets/champsim.toml"),
     },
     Preset {
+        name: "zen3",
+        description: "AMD Zen 3 (x86-64): 64-entry fully associative L1 D-TLB, 2048-entry L2 TLB, 32K/512K/32M caches",
+        toml: include_str!("presets/zen3.toml"),
+    },
+    Preset {
         name: "altra",
         description: "Ampere Altra / Neoverse N1 (Elastic Translations' machine): 48-entry L1 and 1280-entry L2 TLBs holding 64K/32M",
         toml: include_str!("presets/altra.toml"),

@@ -13,6 +13,7 @@ pub mod apps;
 pub mod graph;
 pub mod gups;
 pub mod pending;
+pub mod ptrchase;
 pub mod stream;
 #[cfg(test)]
 pub mod testvm;
@@ -71,7 +72,7 @@ pub struct WorkloadEntry {
 }
 
 /// The core workloads; further groups live in their own modules.
-static CORE: &[WorkloadEntry] = &[gups::ENTRY, stream::ENTRY];
+static CORE: &[WorkloadEntry] = &[gups::ENTRY, stream::ENTRY, ptrchase::ENTRY];
 
 /// Every group of built-in workloads, in the order `xlate workloads` lists them.
 static GROUPS: &[&[WorkloadEntry]] = &[CORE, graph::ENTRIES, apps::ENTRIES];
