@@ -10,6 +10,7 @@ pub mod addr;
 pub mod arch;
 pub mod config;
 pub mod error;
+pub mod fsutil;
 pub mod mem;
 pub mod mmu;
 pub mod os;

@@ -158,10 +158,10 @@ fn write_outputs(runs: &[sim::RunOutput], opts: &RunOpts) -> Result<()> {
     if let Some(p) = &opts.json {
         let v = if runs.len() == 1 { report::json(&runs[0]) } else { serde_json::Value::Array(runs.iter().map(report::json).collect()) };
         let text = serde_json::to_string_pretty(&v).expect("json");
-        std::fs::write(p, text + "\n").map_err(|e| Error::io(p.display().to_string(), e))?;
+        xlate::fsutil::write_atomic(p, (text + "\n").as_bytes())?;
     }
     if let Some(p) = &opts.csv {
-        std::fs::write(p, report::csv(runs)).map_err(|e| Error::io(p.display().to_string(), e))?;
+        xlate::fsutil::write_atomic(p, report::csv(runs).as_bytes())?;
     }
     Ok(())
 }
@@ -343,8 +343,7 @@ fn real_main() -> Result<()> {
             let out = xlate::reproduce::run(xlate::reproduce::lookup(&study)?, &sets, !quiet)?;
             // Files first, as for `run` (see `run_designs`).
             let written = match json {
-                Some(p) => std::fs::write(&p, serde_json::to_string_pretty(&out.json).expect("json") + "\n")
-                    .map_err(|e| Error::io(p.display().to_string(), e)),
+                Some(p) => xlate::fsutil::write_atomic(&p, (serde_json::to_string_pretty(&out.json).expect("json") + "\n").as_bytes()),
                 None => Ok(()),
             };
             print!("{}", out.table);
@@ -360,6 +359,10 @@ fn real_main() -> Result<()> {
         Cmd::TraceConvert { input, output } => {
             let name = output.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
             let fmt = if name.contains(".champsim") { trace::Format::ChampSim } else { trace::Format::Native };
+            if xlate::fsutil::same_file(&input, &output) {
+                let why = std::io::Error::new(std::io::ErrorKind::InvalidInput, "is the input file itself; name a different output file");
+                return Err(Error::io(output.display().to_string(), why));
+            }
             let mut src = trace::open(&input)?;
             let mut sink = trace::create(&output, fmt)?;
             let mut buf = vec![trace::Access::default(); 4096];

@@ -136,3 +136,76 @@ fn a_closed_stdout_ends_quietly_without_losing_results() {
     assert_eq!(r["design"], "radix4");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A ChampSim trace of `(load, store)` address pairs, one record each (0 = none).
+fn champsim_trace(name: &str, recs: &[(u64, u64)]) -> std::path::PathBuf {
+    use xlate::trace::champsim::Record;
+    let dir = std::env::temp_dir().join(format!("xlate-cli-addr-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join(name);
+    let mut bytes = Vec::new();
+    for (i, &(load, store)) in recs.iter().enumerate() {
+        let mut r = Record { ip: 0x40_1000 + 4 * i as u64, ..Record::default() };
+        r.source_memory[0] = load;
+        r.destination_memory[0] = store;
+        bytes.extend_from_slice(&r.encode());
+    }
+    std::fs::write(&f, bytes).unwrap();
+    f
+}
+
+/// Addresses beyond the design's user address space are refused, naming the access, instead of
+/// aliasing a lower page (radix4: 2^47) or overflowing a page's end (utopia).
+#[test]
+fn addresses_beyond_user_space_are_refused() {
+    let alias = champsim_trace("alias.champsim", &[(0x1000, 0), (0x1_0000_0000_1000, 0)]);
+    for design in ["radix4", "fpt-l4l3-l2l1", "ecpt"] {
+        fails_with(
+            &["run", "--design", design, "--trace", alias.to_str().unwrap(), "--quiet"],
+            &["alias.champsim", "access 1 of thread 0", "0x1000000001000", "not a user-space address"],
+        );
+    }
+    // 5-level paging reaches 2^56: the same trace runs, with two page faults.
+    let (code, out, err) = xlate(&["run", "--design", "radix5", "--trace", alias.to_str().unwrap(), "--quiet", "--checked"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().any(|l| l.starts_with("page_faults ") && l.split_whitespace().nth(2) == Some("2")), "{out}");
+    let wrap = champsim_trace("wrap.champsim", &[(0x1000, 0), (0, 0xffff_ffff_ffff_ff00)]);
+    for design in ["utopia", "utopia-restrictive-only"] {
+        fails_with(
+            &["run", "--design", design, "--trace", wrap.to_str().unwrap(), "--quiet"],
+            &["0xffffffffffffff00", "not a user-space address"],
+        );
+    }
+}
+
+/// trace-convert never truncates its input: the same file as output is refused, and outputs
+/// appear only when complete.
+#[test]
+fn trace_convert_refuses_to_overwrite_its_input() {
+    let f = champsim_trace("same.champsim", &[(0x1000, 0), (0x2000, 0x3000)]);
+    let before = std::fs::read(&f).unwrap();
+    fails_with(&["trace-convert", f.to_str().unwrap(), f.to_str().unwrap()], &["same.champsim", "input file itself"]);
+    assert_eq!(std::fs::read(&f).unwrap(), before, "input untouched");
+    let out = f.with_file_name("same.xlt");
+    let (code, _, err) = xlate(&["trace-convert", f.to_str().unwrap(), out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let names: Vec<String> =
+        std::fs::read_dir(f.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(names.iter().all(|n| !n.contains(".tmp-")), "no temporary file left: {names:?}");
+}
+
+/// Non-finite and negative numbers are refused wherever they appear in a config.
+#[test]
+fn nonsense_numbers_are_refused() {
+    for (set, key) in [
+        ("core.base_cpi=nan", "core.base_cpi"),
+        ("core.base_cpi=inf", "core.base_cpi"),
+        ("core.translation_exposure=nan", "core.translation_exposure"),
+        ("core.translation_exposure=-1", "core.translation_exposure"),
+        ("core.translation_exposure=1.5", "core.translation_exposure"),
+        ("os.fault_trap_cycles=nan", "os.fault_trap_cycles"),
+        ("os.costs.call=-40", "os.costs.call"),
+    ] {
+        fails_with(&["run", "--set", set], &[key]);
+    }
+}

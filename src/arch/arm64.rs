@@ -465,6 +465,11 @@ impl Driver for Arm64 {
         self.table.invalidate_walk_cache(wc, asid, start, end);
     }
 
+    /// TTBR0's 48-bit user range (4 KiB granule, 4 levels): the whole 2^48 is user space.
+    fn user_va_limit(&self) -> u64 {
+        1 << 48
+    }
+
     fn leaf_sizes(&self) -> &[PageSize] {
         if self.cfg.cont == ContMode::None {
             &SIZES_NO_CONT

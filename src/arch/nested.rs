@@ -582,6 +582,10 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
         self.guest.leaf_sizes()
     }
 
+    fn user_va_limit(&self) -> u64 {
+        self.guest.user_va_limit()
+    }
+
     fn can_map(&self, va: u64, size: PageSize) -> Result<(), &'static str> {
         self.guest.can_map(va, size)
     }

@@ -543,6 +543,11 @@ impl Driver for Radix {
         wc.invalidate(asid, start, end);
     }
 
+    /// 4 levels: 2^47; 5 levels (LA57): 2^56.
+    fn user_va_limit(&self) -> u64 {
+        1 << (12 + 9 * u32::from(self.levels) - 1)
+    }
+
     fn leaf_sizes(&self) -> &[PageSize] {
         &SIZES
     }

@@ -545,6 +545,10 @@ impl Driver for Rmm {
         self.radix.leaf_sizes()
     }
 
+    fn user_va_limit(&self) -> u64 {
+        self.radix.user_va_limit()
+    }
+
     fn metrics(&self) -> serde_json::Map<String, serde_json::Value> {
         let st = &self.stats;
         let per = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };

@@ -181,6 +181,13 @@ impl Config {
         if self.core.base_cpi < 0.0 {
             return Err(Error::config("core.base_cpi", "must not be negative"));
         }
+        check_numbers(&to_value(self), "")?;
+        if self.core.translation_exposure > 1.0 {
+            return Err(Error::config(
+                "core.translation_exposure",
+                "must be between 0 and 1 (the exposed fraction of translation latency)",
+            ));
+        }
         if self.workload.processes == 0 {
             return Err(Error::config("workload.processes", "must be at least 1"));
         }
@@ -401,6 +408,21 @@ fn set_to_value(kv: &str, base: &Value) -> Result<Value> {
         Value::Table(t)
     }
     Ok(build(Some(base), &parts, parsed))
+}
+
+/// Every number of a config must be finite and non-negative: no key means anything by NaN,
+/// infinity or a negative count, size, latency, cost or rate (the simulator's arithmetic would
+/// turn them into zero or `null` results). Names the first offending key.
+fn check_numbers(v: &Value, key: &str) -> Result<()> {
+    match v {
+        Value::Float(x) if !x.is_finite() || *x < 0.0 => {
+            Err(Error::config(key, format!("must be a finite, non-negative number, found {x}")))
+        }
+        Value::Integer(i) if *i < 0 => Err(Error::config(key, format!("must not be negative, found {i}"))),
+        Value::Table(t) => t.iter().try_for_each(|(k, v)| check_numbers(v, &if key.is_empty() { k.clone() } else { format!("{key}.{k}") })),
+        Value::Array(a) => a.iter().enumerate().try_for_each(|(i, v)| check_numbers(v, &format!("{key}[{i}]"))),
+        _ => Ok(()),
+    }
 }
 
 fn to_value(c: &Config) -> Value {

@@ -258,14 +258,11 @@ impl<D: Driver> Os<D> {
         let samples: Vec<LeshySample> = self.all_samples.iter().filter(|(a, _)| *a == 0).map(|(_, s)| *s).collect();
         let p = LeshyParams { slack: 100, ..self.leshy_params() };
         let hints = leshy::decide(&samples, &p);
-        let tmp = format!("{path}.tmp");
-        let write = || -> std::io::Result<()> {
-            let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
-            leshy::write_hints(&mut f, &hints)?;
-            std::io::Write::flush(&mut f)?;
-            std::fs::rename(&tmp, &path)
-        };
-        write().map_err(|e| Error::io(path.clone(), e))
+        let (pending, file) = crate::fsutil::PendingFile::create(std::path::Path::new(&path))?;
+        let mut f = std::io::BufWriter::new(file);
+        leshy::write_hints(&mut f, &hints).and_then(|()| std::io::Write::flush(&mut f)).map_err(|e| Error::io(path.clone(), e))?;
+        drop(f);
+        pending.commit()
     }
 
     /// Leshy's parameters from `os.leshy` / `os.coala`.

@@ -84,12 +84,20 @@ struct Stream {
     pos: usize,
     len: usize,
     done: bool,
+    /// Accesses the source has delivered so far (to name a bad one).
+    read: u64,
+}
+
+impl Stream {
+    fn new(proc: usize, thread: usize, asid: u16) -> Stream {
+        Stream { proc, thread, asid, buf: vec![Access::default(); BATCH], pos: 0, len: 0, done: false, read: 0 }
+    }
 }
 
 enum Source {
     Workload(Box<dyn Workload>),
-    /// A trace and how many of its threads have streams so far.
-    Trace(Box<dyn AccessSource>, usize),
+    /// A trace, how many of its threads have streams so far, and its name.
+    Trace(Box<dyn AccessSource>, usize, String),
 }
 
 struct Core<D: Driver> {
@@ -399,19 +407,19 @@ fn spawn<D: Driver>(
                 os.fork(asid)?;
             }
             for t in 0..w.threads() {
-                streams.push(Stream { proc: p, thread: t, asid, buf: vec![Access::default(); BATCH], pos: 0, len: 0, done: false });
+                streams.push(Stream::new(p, t, asid));
             }
             sources.push(Source::Workload(w));
         }
     } else {
         workload_name = traces.iter().map(|t| t.0.clone()).collect::<Vec<_>>().join(",");
-        for (p, (_, src)) in traces.into_iter().enumerate() {
+        for (p, (name, src)) in traces.into_iter().enumerate() {
             let asid = os.spawn(true)?;
             let threads = src.threads().max(1);
             for t in 0..threads {
-                streams.push(Stream { proc: p, thread: t, asid, buf: vec![Access::default(); BATCH], pos: 0, len: 0, done: false });
+                streams.push(Stream::new(p, t, asid));
             }
-            sources.push(Source::Trace(src, threads));
+            sources.push(Source::Trace(src, threads, name));
         }
     }
     Ok((sources, streams, workload_name))
@@ -548,28 +556,55 @@ fn switch_stream<D: Driver>(core: &mut Core<D>, streams: &[Stream], _cfg: &Confi
 fn refill<D: Driver>(st: &mut Stream, sources: &mut [Source], os: &mut Os<D>) -> Result<bool> {
     let (n, ended) = match &mut sources[st.proc] {
         Source::Workload(w) => (w.fill(st.thread, &mut st.buf, &mut ProcVm { os, asid: st.asid })?, true),
-        Source::Trace(t, _) => {
+        Source::Trace(t, _, _) => {
             let n = t.fill_thread(st.thread, &mut st.buf)?;
             (n, n > 0 || t.thread_done(st.thread))
         }
     };
-    for a in &mut st.buf[..n] {
+    let limit = os.driver.user_va_limit();
+    for (k, a) in st.buf[..n].iter_mut().enumerate() {
         a.asid = st.asid;
+        if a.vaddr >= limit {
+            let (vaddr, index) = (a.vaddr, st.read + k as u64);
+            return Err(beyond_user_space(&sources[st.proc], st.thread, index, vaddr, limit));
+        }
     }
+    st.read += n as u64;
     st.pos = 0;
     st.len = n;
     st.done = n == 0 && ended;
     Ok(n == 0 && !ended)
 }
 
+/// The error for access `index` (counted from 0) of a thread, at `vaddr`, at or above the
+/// design's user address-space limit (docs/trace-format.md, "Addresses").
+#[cold]
+fn beyond_user_space(src: &Source, thread: usize, index: u64, vaddr: u64, limit: u64) -> Error {
+    let name = match src {
+        Source::Trace(_, _, name) => name.as_str(),
+        Source::Workload(_) => "the workload",
+    };
+    Error::Workload {
+        name: name.to_string(),
+        msg: format!(
+            "access {} of thread {}: virtual address {vaddr:#x} is not a user-space address of this design \
+             (its page table translates user addresses below {limit:#x}; a 5-level table, arch.radix.levels = 5, \
+             reaches {:#x})",
+            index,
+            thread,
+            1u64 << 56
+        ),
+    }
+}
+
 /// Gives each thread that trace source `proc` started since it was last asked a stream of its
 /// own, in the same address space, on the next core round-robin.
 fn add_new_threads<D: Driver>(proc: usize, sources: &mut [Source], streams: &mut Vec<Stream>, cores: &mut [Core<D>]) {
-    let Source::Trace(src, known) = &mut sources[proc] else { return };
+    let Source::Trace(src, known, _) = &mut sources[proc] else { return };
     let asid = streams.iter().find(|s| s.proc == proc).map(|s| s.asid).expect("a trace source has a stream");
     while *known < src.threads() {
         let i = streams.len();
-        streams.push(Stream { proc, thread: *known, asid, buf: vec![Access::default(); BATCH], pos: 0, len: 0, done: false });
+        streams.push(Stream::new(proc, *known, asid));
         cores[i % cores.len()].streams.push(i);
         *known += 1;
     }

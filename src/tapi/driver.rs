@@ -43,6 +43,14 @@ pub trait Driver: Tdb + Sized + 'static {
     /// Page sizes the OS may map with this driver, smallest first.
     fn leaf_sizes(&self) -> &[PageSize];
 
+    /// The first virtual address above the user half of the address space the structure
+    /// translates: x86-64 4-level paging 2^47 (addresses up to 2^64 - 2^47 are non-canonical and
+    /// the rest are the kernel's). The simulator refuses an access at or above it instead of
+    /// letting its high bits alias a lower page. Default: 4-level x86-64.
+    fn user_va_limit(&self) -> u64 {
+        1 << 47
+    }
+
     /// Whether a page of `size` can be mapped at `va` right now (customizable; e.g. FPT's L2L1
     /// flattening cannot hold 2 MiB leaves). `Err` carries the reason, counted by the OS.
     fn can_map(&self, _va: u64, size: PageSize) -> Result<(), &'static str> {

@@ -22,6 +22,7 @@ use super::stream::{self, read_error, trace_err, Compression, Sink};
 use super::{Access, AccessKind, AccessSink, AccessSource};
 use crate::addr::LINE_SHIFT;
 use crate::error::{Error, Result};
+use crate::fsutil::PendingFile;
 use std::io::{BufRead, Write};
 use std::path::Path;
 
@@ -253,6 +254,8 @@ impl AccessSource for Reader {
 pub struct Writer {
     path: String,
     out: Sink,
+    /// The temporary file `out` writes, renamed to the destination by `finish`.
+    pending: Option<PendingFile>,
     /// The record being filled; written when the next record starts.
     rec: Option<Record>,
     loads: usize,
@@ -267,7 +270,19 @@ pub struct Writer {
 impl Writer {
     /// Creates (or truncates) `path`.
     pub fn create(path: &Path) -> Result<Writer> {
-        Ok(Writer { path: stream::display(path), out: Sink::create(path)?, rec: None, loads: 0, stores: 0, carry: 0, debt: 0, last_ip: 0 })
+        let (pending, file) = PendingFile::create(path)?;
+        let out = Sink::create(path, file)?;
+        Ok(Writer {
+            path: stream::display(path),
+            out,
+            pending: Some(pending),
+            rec: None,
+            loads: 0,
+            stores: 0,
+            carry: 0,
+            debt: 0,
+            last_ip: 0,
+        })
     }
 
     fn emit(&mut self, rec: &Record) -> Result<()> {
@@ -349,7 +364,8 @@ impl AccessSink for Writer {
         let tail = self.carry.saturating_sub(self.debt);
         self.fillers(self.last_ip, tail)?;
         let p = self.path.clone();
-        self.out.finish().map_err(|e| Error::io(p, e))
+        self.out.finish().map_err(|e| Error::io(p, e))?;
+        self.pending.take().expect("finished once").commit()
     }
 }
 

@@ -37,6 +37,7 @@
 use super::stream::{self, read_error, trace_err, IO_BUF};
 use super::{Access, AccessKind, AccessSink, AccessSource};
 use crate::error::{Error, Result};
+use crate::fsutil::PendingFile;
 use std::fs::File;
 use std::io::{BufRead, BufWriter, Seek, SeekFrom, Write};
 use std::path::Path;
@@ -460,6 +461,8 @@ impl AccessSource for Reader {
 /// finished is rejected by the reader instead of being silently short.
 pub struct Writer {
     path: String,
+    /// The temporary file being written, renamed to the destination by `finish`.
+    pending: Option<PendingFile>,
     enc: zstd::stream::write::Encoder<'static, BufWriter<File>>,
     /// Encoded records not yet handed to zstd: `chunk[..used]`. Records are encoded in place
     /// (a small copy per record costs more than the encoding).
@@ -482,7 +485,7 @@ impl Writer {
                  (e.g. .xlt)",
             ));
         }
-        let file = File::create(path).map_err(|e| Error::io(&p, e))?;
+        let (pending, file) = PendingFile::create(path)?;
         let mut w = BufWriter::with_capacity(IO_BUF, file);
         // A placeholder with the complete flag clear; finish() rewrites it.
         let placeholder = Header { version: VERSION, flags: 0, records: 0, instrs: 0 };
@@ -492,6 +495,7 @@ impl Writer {
         enc.include_checksum(true).map_err(|e| Error::io(&p, e))?;
         Ok(Writer {
             path: p,
+            pending: Some(pending),
             enc,
             chunk: vec![0; WRITE_CHUNK + MAX_RECORD_LEN].into_boxed_slice(),
             used: 0,
@@ -528,7 +532,9 @@ impl AccessSink for Writer {
         let header = Header { version: VERSION, flags: FLAG_COMPLETE, records: self.records, instrs: self.instrs };
         file.seek(SeekFrom::Start(0)).map_err(|e| Error::io(&p, e))?;
         file.write_all(&header.encode()).map_err(|e| Error::io(&p, e))?;
-        file.flush().map_err(|e| Error::io(&p, e))
+        file.flush().map_err(|e| Error::io(&p, e))?;
+        drop(file);
+        self.pending.take().expect("finished once").commit()
     }
 }
 

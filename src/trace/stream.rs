@@ -184,10 +184,9 @@ pub(crate) enum Sink {
 }
 
 impl Sink {
-    /// Creates `path`, compressing by its suffix.
-    pub(crate) fn create(path: &Path) -> Result<Sink> {
+    /// Writes `f`, compressing by the suffix of `path` (its destination).
+    pub(crate) fn create(path: &Path, f: File) -> Result<Sink> {
         let comp = Compression::of(path)?;
-        let f = File::create(path).map_err(|e| Error::io(display(path), e))?;
         let w = BufWriter::with_capacity(IO_BUF, f);
         Ok(match comp {
             Compression::None => Sink::Plain(w),
