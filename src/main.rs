@@ -17,7 +17,7 @@ struct Cli {
 #[derive(Args, Clone)]
 struct RunOpts {
     /// Built-in workload (see `xlate workloads`); default gups.
-    #[arg(long, short)]
+    #[arg(long, short, conflicts_with_all = ["trace", "trace_cmd"])]
     workload: Option<String>,
     /// Trace file(s) to run instead of a workload (native, ChampSim, lackey; .gz/.xz/.zst); one process each.
     #[arg(long, num_args = 1..)]
@@ -206,10 +206,26 @@ fn run_designs(names: &[String], opts: &RunOpts) -> Result<()> {
         print!("{}", report::table(&runs));
         written?;
     }
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(()),
+    if let Some(e) = failure {
+        return Err(e);
     }
+    // A run that simulated nothing is an input problem (an empty or foreign file, a program that
+    // never ran), not a result: its all-zero table above must not pass for one.
+    if let Some(r) = runs.iter().find(|r| r.core.accesses == 0 && !r.interrupted) {
+        if r.config.sim.warmup_accesses > 0 {
+            return Err(Error::config(
+                "sim.warmup_accesses",
+                format!("the warm-up of {} accesses took the whole run: nothing was measured", r.config.sim.warmup_accesses),
+            ));
+        }
+        return Err(Error::Workload {
+            name: r.workload.clone(),
+            msg: "nothing was simulated: the input produced no memory accesses (an empty trace, a file of another \
+                  format, or a program that did not run under the tracer)"
+                .into(),
+        });
+    }
+    Ok(())
 }
 
 fn bench(accesses: u64) -> Result<()> {
@@ -243,6 +259,7 @@ fn trace_program(out: Option<PathBuf>, fetches: bool, max_accesses: u64, program
         PathBuf::from(format!("{name}.xlt"))
     });
     let started = std::time::Instant::now();
+    let program_name = program[0].clone();
     let mut tracer = trace::qemu::Tracer::spawn(&trace::qemu::TraceCommand { argv: program, fetches })?;
     let mut sink = trace::create(&out, trace::Format::Native)?;
     let mut buf = vec![trace::Access::default(); 4096];
@@ -265,6 +282,16 @@ fn trace_program(out: Option<PathBuf>, fetches: bool, max_accesses: u64, program
             counts[a.kind as usize] += 1;
         }
         total += n as u64;
+    }
+    if total == 0 {
+        // Dropping the unfinished sink removes its temporary file: no empty trace is left.
+        drop(sink);
+        let end = tracer.finish()?;
+        let why = match end.status.filter(|s| !s.success()) {
+            Some(s) => format!("the program exited with {} before any access was traced", trace::qemu::describe(s)),
+            None => "the program made no memory access under the tracer (is it a script or not an ELF executable?)".into(),
+        };
+        return Err(Error::Workload { name: program_name, msg: format!("{why}; no trace written") });
     }
     sink.finish()?;
     let secs = started.elapsed().as_secs_f64();

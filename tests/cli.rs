@@ -209,3 +209,19 @@ fn nonsense_numbers_are_refused() {
         fails_with(&["run", "--set", set], &[key]);
     }
 }
+
+/// A run that measures nothing is an error, not an all-zero table: an empty trace, a warm-up
+/// as long as the run; and `--workload` beside `--trace` is refused rather than ignored.
+#[test]
+fn runs_that_simulate_nothing_fail() {
+    let empty = champsim_trace("empty.champsim", &[]);
+    fails_with(&["run", "--trace", empty.to_str().unwrap(), "--quiet"], &["nothing was simulated"]);
+    fails_with(
+        &["run", "--set", "workload.params.updates=1000", "--set", "sim.warmup_accesses=2000", "--quiet"],
+        &["sim.warmup_accesses", "nothing was measured"],
+    );
+    let t = champsim_trace("one.champsim", &[(0x1000, 0)]);
+    let (code, _, err) = xlate(&["run", "--trace", t.to_str().unwrap(), "--workload", "gups"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cannot be used with"), "{err}");
+}

@@ -101,3 +101,24 @@ fn ptrchase_shows_the_tlb_reach_knees_of_zen3() {
     let (l1, walks) = run(16384);
     assert!(l1 > 0.95 && walks > 0.9, "16384 pages overflow both: L1 misses/step {l1}, walks/step {walks}");
 }
+
+/// Warm-up ends at exactly `sim.warmup_accesses` (not at the next epoch) and restarts every
+/// count the results report, the OS's included: a stream without pre-faulting faults one page
+/// per 128 accesses (64 elements of 64 B, a load and a store each), so after a warm-up of 100
+/// pages and 50 pages more the run reports exactly 50 faults in 6400 accesses.
+#[test]
+fn warm_up_ends_at_its_access_and_restarts_every_count() {
+    let r = run(
+        "radix4",
+        &[
+            "workload.name=\"stream\"",
+            "workload.params.footprint=64M",
+            "workload.params.stride=64",
+            "sim.warmup_accesses=12800",
+            "sim.max_accesses=19200",
+        ],
+    );
+    assert_eq!(metric(&r, "accesses"), 6400.0);
+    assert_eq!(metric(&r, "page_faults"), 50.0);
+    assert_eq!(r.mem.l1d.data_accesses, 6400);
+}

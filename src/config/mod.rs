@@ -88,7 +88,8 @@ impl Default for WorkloadConfig {
 pub struct SimConfig {
     /// Stop after this many accesses in total (0 = when every stream ends).
     pub max_accesses: u64,
-    /// Accesses simulated before statistics are reset (caches and TLBs stay warm).
+    /// Accesses simulated before every reported count restarts, at exactly that access (caches,
+    /// TLBs and memory stay warm; docs/results-schema.md).
     pub warmup_accesses: u64,
     /// Accesses between epochs (PT-share sampling, background OS work, progress, Ctrl-C checks).
     pub epoch_accesses: u64,

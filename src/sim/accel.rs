@@ -323,7 +323,9 @@ fn access_loop<D: Driver>(
         .min_by(|&a, &b| agents[a].cycles.total_cmp(&agents[b].cycles))
     {
         let mut n = 0;
-        while n < CHUNK && total < limit {
+        // Warm-up ends at exactly its access (as in the core loop).
+        let stop = if warm { limit } else { cfg.sim.warmup_accesses.min(limit) };
+        while n < CHUNK && total < stop {
             let agent = &mut agents[ai];
             let sid = agent.streams[agent.cur];
             let st = &mut streams[sid];
@@ -367,27 +369,29 @@ fn access_loop<D: Driver>(
             n += 1;
             total += 1;
         }
+        if !warm && total >= cfg.sim.warmup_accesses {
+            warm = true;
+            let keep = AccelStats {
+                accelerators: m.stats.accelerators,
+                partitions: m.stats.partitions,
+                tlb_entries_total: m.stats.tlb_entries_total,
+                ..AccelStats::default()
+            };
+            m.stats = keep;
+            m.topo.reset_stats();
+            m.os.stats = Default::default();
+            m.os.cost = Default::default();
+            for a in agents.iter_mut() {
+                a.cycles = 0.0;
+                a.translation = 0.0;
+            }
+        }
         if total >= next_epoch || total >= limit || n == 0 {
             next_epoch = total + cfg.sim.epoch_accesses;
             let now = agents.iter().map(|a| a.cycles).fold(0.0, f64::max);
             m.os.now = now / m.os_scale;
             m.os.tick(now * ms_per_cycle * cfg.os.time_scale)?;
             m.apply_shootdowns(agents);
-            if !warm && total >= cfg.sim.warmup_accesses {
-                warm = true;
-                let keep = AccelStats {
-                    accelerators: m.stats.accelerators,
-                    partitions: m.stats.partitions,
-                    tlb_entries_total: m.stats.tlb_entries_total,
-                    ..AccelStats::default()
-                };
-                m.stats = keep;
-                m.topo.reset_stats();
-                for a in agents.iter_mut() {
-                    a.cycles = 0.0;
-                    a.translation = 0.0;
-                }
-            }
             progress.update(total);
             if INTERRUPTED.load(Ordering::Relaxed) {
                 return Ok(true);
@@ -398,6 +402,12 @@ fn access_loop<D: Driver>(
         }
     }
     progress.finish(total);
+    if !warm {
+        return Err(Error::config(
+            "sim.warmup_accesses",
+            format!("{} is not below the {total} accesses the run had: nothing was measured", cfg.sim.warmup_accesses),
+        ));
+    }
     Ok(false)
 }
 

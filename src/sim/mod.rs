@@ -447,7 +447,9 @@ fn access_loop<D: Driver, M: Mode>(
     while let Some(c) = next_core(cores, streams) {
         let mut n = 0;
         let mut stalls = 0;
-        while n < CHUNK && total < limit {
+        // Warm-up ends at exactly its access, not at the next epoch.
+        let stop = if warm { limit } else { cfg.sim.warmup_accesses.min(limit) };
+        while n < CHUNK && total < stop {
             let core = &mut cores[c];
             let sid = core.streams[core.cur];
             let st = &mut streams[sid];
@@ -494,6 +496,20 @@ fn access_loop<D: Driver, M: Mode>(
             n += 1;
             total += 1;
         }
+        if !warm && total >= cfg.sim.warmup_accesses {
+            // Everything the results count restarts here; the machine's state (TLBs, caches,
+            // page tables, memory) stays warm. Drivers' own metrics are not restarted
+            // (docs/results-schema.md).
+            warm = true;
+            for c in cores.iter_mut() {
+                c.stats = CoreStats::default();
+                c.mmu.stats = MmuStats::default();
+                c.cycles = 0.0;
+            }
+            eng.mem.reset_stats();
+            eng.os.stats = Default::default();
+            eng.os.cost = Default::default();
+        }
         if total >= next_epoch || total >= limit {
             next_epoch = total + cfg.sim.epoch_accesses;
             eng.mem.sample_epoch();
@@ -506,15 +522,6 @@ fn access_loop<D: Driver, M: Mode>(
             // runtime: khugepaged runs on an otherwise idle CPU (docs/os-model.md).
             cores[0].stats.os_cycles += eng.os.cycles(OsPath::Promote) - before;
             apply_shootdowns(&mut eng.os, cores, &mut eng.mem);
-            if !warm && total >= cfg.sim.warmup_accesses {
-                warm = true;
-                for c in cores.iter_mut() {
-                    c.stats = CoreStats::default();
-                    c.mmu.stats = MmuStats::default();
-                    c.cycles = 0.0;
-                }
-                eng.mem.reset_stats();
-            }
             progress.update(total);
             if INTERRUPTED.load(Ordering::Relaxed) {
                 return Ok(true);
@@ -525,6 +532,12 @@ fn access_loop<D: Driver, M: Mode>(
         }
     }
     progress.finish(total);
+    if !warm {
+        return Err(Error::config(
+            "sim.warmup_accesses",
+            format!("{} is not below the {total} accesses the run had: nothing was measured", cfg.sim.warmup_accesses),
+        ));
+    }
     Ok(false)
 }
 
