@@ -77,6 +77,7 @@ impl SideLookup<Utopia> for Utopia {
         SideTiming {
             start: if self.cfg.rsw_on_l1_miss { SideStart::L1Miss } else { SideStart::L2Miss },
             gates_walk: self.cfg.fsw_waits_for_rsw,
+            fills_tlbs: true,
         }
     }
 }
