@@ -11,6 +11,9 @@
 //! - Page fault: the OS's work is charged to the core (its clock advances); the access is
 //!   replayed from the L2 TLB miss — side lookup, then walk, one after the other — and the
 //!   replay's latency `S + W` (or `W`) is added.
+//! - A side structure that starts before the L1 TLB ([`SideStart::BeforeL1`]) translates the
+//!   pages it holds alone: `S`, no TLB looked up or filled. Other pages take the path above.
+//! - A side hit fills the L2 and L1 TLBs unless the driver's [`SideTiming::fills_tlbs`] is off.
 //!
 //! What the pipeline checks and whether it models a perfect TLB are compile-time [`Mode`]s, so the
 //! benchmark build pays nothing for checked mode.
@@ -33,6 +36,10 @@ pub struct Overlap {
     pub side_early: bool,
     /// A parallel walk still waits for the side lookup's miss.
     pub side_gates_walk: bool,
+    /// Pages the side structure holds are translated by it before the L1 TLB, bypassing the TLBs.
+    pub side_first: bool,
+    /// Side hits are not filled into the TLBs.
+    pub side_no_fill: bool,
 }
 
 impl Overlap {
@@ -44,6 +51,8 @@ impl Overlap {
             side_parallel,
             side_early: side_parallel && side.is_some_and(|t| t.start == SideStart::L1Miss),
             side_gates_walk: side.is_some_and(|t| t.gates_walk),
+            side_first: side.is_some_and(|t| t.start == SideStart::BeforeL1),
+            side_no_fill: side.is_some_and(|t| !t.fills_tlbs),
         }
     }
 }
@@ -232,6 +241,21 @@ impl Pipeline {
                 mmu.tlbs.flush();
             }
         }
+        // A page the side structure holds is translated by it alone, before the L1 TLB.
+        if self.overlap.side_first {
+            let (driver, space) = host.tables(asid);
+            if driver.side().is_some_and(|side| side.holds(space, asid, va)) {
+                let (r, sl) = self.side_lookup::<D, H, M>(host, mem, mmu, cid, asid, va)?;
+                let Some(t) = r else {
+                    return Err(Error::Check(format!("side structure holds ASID {asid} va {va:#x} but its lookup missed")));
+                };
+                if M::CHECKED {
+                    mmu.check(host, asid, va, t, "side lookup before the L1 TLB")?;
+                }
+                let stall = host.migration_stall(asid, va, t, *now);
+                return Ok((t, sl + stall));
+            }
+        }
         let s = &mut mmu.stats.tlb;
         let hit = if fetch {
             s.l1i_lookups += 1;
@@ -307,8 +331,10 @@ impl Pipeline {
                         mmu.check(host, asid, va, t, "side lookup")?;
                     }
                     mmu.stats.tlb.l1_misses_by_size[t.size.index()] += 1;
-                    mmu.tlbs.l2.insert(asid, va, t);
-                    mmu.fill_l1(asid, va, t, fetch, self.l1_pieces);
+                    if !ov.side_no_fill {
+                        mmu.tlbs.l2.insert(asid, va, t);
+                        mmu.fill_l1(asid, va, t, fetch, self.l1_pieces);
+                    }
                     let stall = host.migration_stall(asid, va, t, *now);
                     return Ok((t, cycles + before_walk + stall));
                 }
@@ -464,6 +490,9 @@ mod tests {
         fn side_timing(&self) -> SideTiming {
             self.timing
         }
+        fn holds(&self, s: &FlatSpace, _: u16, va: u64) -> bool {
+            s.side.contains_key(&(va >> 12))
+        }
     }
 
     impl Driver for Flat {
@@ -610,8 +639,8 @@ mod tests {
     #[test]
     fn side_miss_then_walk_overlapped_gated_or_serial() {
         let s = 20;
-        let free = SideTiming { start: SideStart::L2Miss, gates_walk: false };
-        let gated = SideTiming { start: SideStart::L2Miss, gates_walk: true };
+        let free = SideTiming { start: SideStart::L2Miss, gates_walk: false, ..SideTiming::default() };
+        let gated = SideTiming { start: SideStart::L2Miss, gates_walk: true, ..SideTiming::default() };
         for (parallel_walk, timing, want, rule) in [
             (true, free, L.max(s).max(W), "max(L, S, W)"),
             (true, gated, L.max(s).max(s + W), "max(L, S, S + W)"),
@@ -626,7 +655,7 @@ mod tests {
 
     #[test]
     fn early_side_lookup_races_the_l2_tlb() {
-        let early = SideTiming { start: SideStart::L1Miss, gates_walk: false };
+        let early = SideTiming { start: SideStart::L1Miss, gates_walk: false, ..SideTiming::default() };
         for (s, want) in [(5, 5), (20, L)] {
             let mut r = rig(true, true, Some((s, early)));
             r.map_side(VA);
@@ -642,6 +671,45 @@ mod tests {
         r.flush_l1();
         assert_eq!(r.cycles(VA), L);
         assert_eq!(r.mmu.stats.side.walks, 1);
+    }
+
+    #[test]
+    fn side_first_translates_held_pages_alone_and_bypasses_the_tlbs() {
+        let first = SideTiming { start: SideStart::BeforeL1, fills_tlbs: false, ..SideTiming::default() };
+        let (s, other) = (20, VA + (1 << 20));
+        let mut r = rig(true, true, Some((s, first)));
+        r.map_side(VA);
+        r.map(other); // in the page table only
+        for k in 0..3 {
+            assert_eq!(r.cycles(VA + 8 * k), s, "S on every access: no TLB holds the page");
+        }
+        let t = &r.mmu.stats.tlb;
+        assert_eq!((t.l1d_lookups, t.l2_lookups, r.mmu.stats.side.walks, r.mmu.stats.side_hits), (0, 0, 3, 3), "no TLB looked up");
+        // A page the side structure does not hold takes the TLB path; the side lookup runs on its
+        // L2 TLB miss, beside the L2 TLB (as `L2Miss` with side_parallel), then hits the L1 TLB.
+        assert_eq!(r.cycles(other), L.max(s).max(W), "max(L, S, W)");
+        assert_eq!(r.cycles(other + 8), 0, "L1 hit");
+        assert_eq!((r.mmu.stats.tlb.l1d_lookups, r.mmu.stats.side.walks, r.mmu.stats.walk.walks), (2, 4, 1));
+        // Serial side lookup (mmu.side_parallel = false): it follows the L2 TLB miss for the
+        // other pages; held pages still cost S alone.
+        let mut r = rig(false, false, Some((s, first)));
+        r.map_side(VA);
+        r.map(other);
+        assert_eq!(r.cycles(VA), s);
+        assert_eq!(r.cycles(other), L + s + W, "L + S + W");
+    }
+
+    #[test]
+    fn side_hits_fill_the_tlbs_unless_told_not_to() {
+        for fills_tlbs in [true, false] {
+            let timing = SideTiming { fills_tlbs, ..SideTiming::default() };
+            let mut r = rig(true, true, Some((20, timing)));
+            r.map_side(VA);
+            assert_eq!(r.cycles(VA), 20, "side hit beside the L2 TLB: max(L, S)");
+            assert_eq!(r.cycles(VA + 8), if fills_tlbs { 0 } else { 20 }, "fills_tlbs = {fills_tlbs}");
+            r.flush_l1();
+            assert_eq!(r.cycles(VA), if fills_tlbs { L } else { 20 }, "an L2 hit, or the side lookup again");
+        }
     }
 
     #[test]

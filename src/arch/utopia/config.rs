@@ -115,6 +115,23 @@ impl Default for MigrateConfig {
     }
 }
 
+/// When RestSeg walks start (`arch.utopia.rsw_start`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RswStart {
+    /// Only on L2 TLB misses.
+    L2Miss,
+    /// On every L1 TLB miss, beside the L2 TLB (Fig. 17, §5.7); an L2 TLB hit still probes (and
+    /// fills) the TAR/SF caches. With `mmu.side_parallel = false` (Fig. 28's serial RSW) RSWs
+    /// run only on L2 TLB misses anyway.
+    L1Miss,
+    /// Utopia's MICRO'23 artifact (the Sniper in CMU-SAFARI/Victima): an access to a page that
+    /// is in a RestSeg (the simulator knows which) skips the L1 and L2 TLBs and is translated by
+    /// the ULB (`ulb`) or else an RSW; RestSeg pages never enter the TLBs. Other pages look the
+    /// TLBs up and RSW on an L2 TLB miss, beside the L2 TLB with `mmu.side_parallel`.
+    BeforeL1,
+}
+
 /// Utopia configuration (`arch.utopia`). The FlexSeg's radix table and PWCs are `arch.radix`.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -134,10 +151,18 @@ pub struct UtopiaConfig {
     /// Memory left to the kernel (buddy allocator) by a RestSeg of size 0.
     #[serde(with = "bytes_serde")]
     pub kernel_reserve: u64,
-    /// RSWs start on every L1 TLB miss, beside the L2 TLB (Fig. 17), so an L2 TLB hit still
-    /// probes (and fills) the TAR/SF caches; false = only on L2 TLB misses. With
-    /// `mmu.side_parallel = false` (Fig. 28's serial RSW) they run only on L2 TLB misses anyway.
-    pub rsw_on_l1_miss: bool,
+    /// When RSWs start: `l1-miss` (Fig. 17, the default), `l2-miss`, or `before-l1` (the
+    /// artifact's shortcut; see [`RswStart`]).
+    pub rsw_start: RswStart,
+    /// A translation an RSW finds is filled into the L2 and L1 TLBs (the paper); false = RestSeg
+    /// translations never enter the TLBs and every L1 TLB miss of such a page RSWs again. With
+    /// `rsw_start = "before-l1"` RestSeg pages bypass the TLBs whatever this says.
+    pub rsw_fills_tlbs: bool,
+    /// The artifact's Utopia lookaside buffer: a TLB of RestSeg translations only, probed before
+    /// the RSW (a hit ends the lookup, adding `latency` cycles past the L1 TLB); an RSW hit fills
+    /// it. 64 entries, 4-way, 1 cycle (= the L1 TLB's, so 0 here) in the artifact. `entries = 0`
+    /// (the default, the paper): none.
+    pub ulb: WalkCacheConfig,
     /// With `mmu.l2_parallel_walk`, the FlexSeg walk starts only once every RSW has missed
     /// (Fig. 17 read literally) instead of at the L1 TLB miss beside them (Utopia's artifact,
     /// whose translation takes max(RSW, L1 + PTW)).
@@ -159,7 +184,9 @@ impl Default for UtopiaConfig {
             fault_alloc: FaultAlloc::Evict,
             migrate: MigrateConfig::default(),
             kernel_reserve: 64 << 20,
-            rsw_on_l1_miss: true,
+            rsw_start: RswStart::L1Miss,
+            rsw_fills_tlbs: true,
+            ulb: WalkCacheConfig::new(0, 4, 0),
             fsw_waits_for_rsw: false,
         }
     }
@@ -192,6 +219,12 @@ impl UtopiaConfig {
         }
         self.tar_cache.validate(&format!("{key}.tar_cache"))?;
         self.sf_cache.validate(&format!("{key}.sf_cache"))?;
+        if self.ulb.entries != 0 {
+            self.ulb.validate(&format!("{key}.ulb"))?;
+            if self.restsegs.len() > 8 {
+                return Err(Error::config(format!("{key}.ulb"), "a ULB serves at most 8 RestSegs"));
+            }
+        }
         if self.migrate.min_walks > 15 {
             return Err(Error::config(format!("{key}.migrate.min_walks"), "the PTE's 4-bit walk counter saturates at 15"));
         }

@@ -60,12 +60,23 @@ pub struct UtopiaSpace {
     ptw: IntMap<(u8, u8)>,
 }
 
-/// Per-core walk caches: the FlexSeg PWCs and the TAR and SF caches.
+/// Per-core walk caches: the FlexSeg PWCs, the TAR and SF caches and the artifact's ULB.
 pub struct UtopiaWc {
     pwc: RadixPwc,
     tar: WalkCache,
     sf: WalkCache,
     latency: u32,
+    /// RestSeg translations (`arch.utopia.ulb`): key [`ulb_key`], payload the page's frame base.
+    ulb: Option<WalkCache>,
+}
+
+/// Bit where a ULB key holds the RestSeg index, above any VPN of a 5-level (57-bit) VA.
+const ULB_SEG_SHIFT: u32 = 45;
+
+/// The ULB key of `vpn` (in the RestSeg's page size) of RestSeg `seg`.
+#[inline(always)]
+fn ulb_key(vpn: u64, seg: usize) -> u64 {
+    vpn.min((1 << ULB_SEG_SHIFT) - 1) | (seg as u64) << ULB_SEG_SHIFT
 }
 
 /// What the driver remembers of each space for shootdowns and reports.
@@ -91,6 +102,8 @@ pub struct Utopia {
     in_flight: IntMap<()>,
     rsw: u64,
     rsw_hits: u64,
+    ulb_lookups: u64,
+    ulb_hits: u64,
     migration_requests: u64,
     shared_to_flexseg: u64,
 }
@@ -124,6 +137,8 @@ impl Utopia {
             in_flight: IntMap::default(),
             rsw: 0,
             rsw_hits: 0,
+            ulb_lookups: 0,
+            ulb_hits: 0,
             migration_requests: 0,
             shared_to_flexseg: 0,
         }
@@ -539,6 +554,7 @@ impl Driver for Utopia {
             tar: WalkCache::new(&self.cfg.tar_cache),
             sf: WalkCache::new(&self.cfg.sf_cache),
             latency: self.cfg.tar_cache.latency.max(self.cfg.sf_cache.latency),
+            ulb: (self.cfg.ulb.entries != 0).then(|| WalkCache::new(&self.cfg.ulb)),
         }
     }
 
@@ -553,6 +569,14 @@ impl Driver for Utopia {
 
     fn invalidate_walk_cache(&self, wc: &mut UtopiaWc, asid: u16, start: u64, end: u64) {
         self.radix.invalidate_walk_cache(&mut wc.pwc, asid, start, end);
+        if let Some(ulb) = wc.ulb.as_mut() {
+            for (i, g) in self.segs.iter().enumerate() {
+                let (lo, hi) = (start >> g.shift, end.div_ceil(g.page.bytes()));
+                if hi > lo {
+                    ulb.invalidate(asid, ulb_key(lo, i), ulb_key(hi - 1, i));
+                }
+            }
+        }
         // TAR/SF cache entries of the sets the range hashes to (§6.1); a large range drops all.
         let Some(Some(info)) = self.spaces.get(asid as usize) else { return };
         for (i, g) in self.segs.iter().enumerate() {
@@ -622,6 +646,10 @@ impl Driver for Utopia {
         m.insert("rsw".into(), json!(self.rsw));
         m.insert("rsw_hits".into(), json!(self.rsw_hits));
         m.insert("rsw_hit_rate".into(), json!(rate(self.rsw_hits, self.rsw)));
+        if self.cfg.ulb.entries != 0 {
+            m.insert("ulb_lookups".into(), json!(self.ulb_lookups));
+            m.insert("ulb_hit_rate".into(), json!(rate(self.ulb_hits, self.ulb_lookups)));
+        }
         m.insert("tar_cache_hit_rate".into(), json!(rate(tot.tar_hits, tot.tar_lookups)));
         m.insert("sf_cache_hit_rate".into(), json!(rate(tot.sf_hits, tot.sf_lookups)));
         m.insert("fault_allocations".into(), json!(tot.fault_allocs));

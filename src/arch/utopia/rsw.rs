@@ -4,11 +4,22 @@ use super::*;
 
 /// The RestSeg walks (RSWs), all RestSegs in parallel (one step), beside the L2 TLB.
 impl SideLookup<Utopia> for Utopia {
-    fn side_lookup(&mut self, s: &mut UtopiaSpace, wc: &mut UtopiaWc, _asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
+    fn side_lookup(&mut self, s: &mut UtopiaSpace, wc: &mut UtopiaWc, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
         if self.segs.is_empty() {
             return None;
         }
         let Some(Some(info)) = self.spaces.get(s.asid as usize) else { return None };
+        // The artifact's ULB first: a hit ends the lookup, no RSW.
+        if let Some(ulb) = wc.ulb.as_mut() {
+            self.ulb_lookups += 1;
+            for (i, g) in self.segs.iter().enumerate() {
+                if let Some(pbase) = ulb.lookup(asid, ulb_key(va >> g.shift, i)) {
+                    self.ulb_hits += 1;
+                    plan.fixed_cycles += ulb.latency;
+                    return Some(Translation { pbase, size: g.page });
+                }
+            }
+        }
         self.rsw += 1;
         plan.fixed_cycles += wc.latency;
         let mut found: Option<(Translation, usize, usize)> = None;
@@ -68,15 +79,34 @@ impl SideLookup<Utopia> for Utopia {
             }
         }
         self.rsw_hits += 1;
+        if let Some(ulb) = wc.ulb.as_mut() {
+            let i = self.segs.iter().position(|g| g.page == t.size && g.contains(t.pbase)).expect("an RSW hit lies in a RestSeg");
+            ulb.insert(asid, ulb_key(va >> self.segs[i].shift, i), t.pbase);
+        }
         Some(t)
     }
 
-    /// Fig. 17: RSWs start on every L1 TLB miss (`arch.utopia.rsw_on_l1_miss`); the FlexSeg walk
-    /// overlaps them unless `arch.utopia.fsw_waits_for_rsw`.
+    /// Fig. 17: RSWs start on every L1 TLB miss (`arch.utopia.rsw_start`); the FlexSeg walk
+    /// overlaps them unless `arch.utopia.fsw_waits_for_rsw`; hits fill the TLBs unless
+    /// `arch.utopia.rsw_fills_tlbs = false`.
     fn side_timing(&self) -> SideTiming {
         SideTiming {
-            start: if self.cfg.rsw_on_l1_miss { SideStart::L1Miss } else { SideStart::L2Miss },
+            start: match self.cfg.rsw_start {
+                RswStart::L2Miss => SideStart::L2Miss,
+                RswStart::L1Miss => SideStart::L1Miss,
+                RswStart::BeforeL1 => SideStart::BeforeL1,
+            },
             gates_walk: self.cfg.fsw_waits_for_rsw,
+            fills_tlbs: self.cfg.rsw_fills_tlbs,
         }
+    }
+
+    /// Whether a RestSeg holds `va`: its set's SF counter and TAR row, as an RSW reads them.
+    fn holds(&self, s: &UtopiaSpace, _asid: u16, va: u64) -> bool {
+        self.segs.iter().zip(&s.segs).any(|(g, ss)| {
+            let vpn = va >> g.shift;
+            let set = g.set_of(vpn);
+            ss.sf[set] != 0 && ss.tar[set * g.ways..(set + 1) * g.ways].contains(&vpn)
+        })
     }
 }

@@ -116,6 +116,41 @@ fn srrip_victims_on_a_hand_made_sequence() {
     check(&mut os);
 }
 
+/// The artifact's ULB (`arch.utopia.ulb`): an RSW hit fills it, the next lookup of the page is
+/// answered by it with no RSW and no reference, a shootdown of the page drops it; `holds` (the
+/// oracle of `rsw_start = "before-l1"`) follows the TAR.
+#[test]
+fn ulb_answers_after_an_rsw_hit_until_a_shootdown() {
+    let cfg =
+        UtopiaConfig { restsegs: vec![seg(16 << 10, PageSize::K4, 4)], ulb: WalkCacheConfig::new(64, 4, 0), ..UtopiaConfig::default() };
+    let mut os = os_with(cfg, 256 << 20, false);
+    let a = os.spawn(true).unwrap();
+    let pg = |i: u64| 0x1000_0000u64 + i * 4096;
+    for i in 0..4 {
+        os.fault(a, pg(i)).unwrap();
+    }
+    let holds = |os: &Os<Utopia>, va: u64| os.driver.holds(&os.procs[a as usize].space, a, va);
+    assert!(holds(&os, pg(1) + 8) && !holds(&os, pg(9)));
+    let mut wc = os.driver.new_walk_cache();
+    let mut plan = WalkPlan::default();
+    let t = rsw(&mut os, a, &mut wc, pg(1), &mut plan).unwrap();
+    assert_eq!(Some(t), os.truth(a, pg(1)));
+    assert!(!plan.refs.is_empty(), "cold TAR/SF caches");
+    assert_eq!((os.driver.rsw, os.driver.ulb_lookups, os.driver.ulb_hits), (1, 1, 0));
+    plan.clear();
+    assert_eq!(rsw(&mut os, a, &mut wc, pg(1) + 8, &mut plan), Some(t));
+    assert!(plan.refs.is_empty() && plan.fixed_cycles == 0, "a ULB hit: no RSW");
+    assert_eq!((os.driver.rsw, os.driver.ulb_hits), (1, 1));
+    os.driver.invalidate_walk_cache(&mut wc, a, pg(1), pg(2));
+    plan.clear();
+    assert_eq!(rsw(&mut os, a, &mut wc, pg(1), &mut plan), Some(t));
+    assert_eq!((os.driver.rsw, os.driver.ulb_hits), (2, 1), "the shootdown dropped the ULB entry");
+    // A fifth page evicts the SRRIP victim to the FlexSeg: the RestSeg no longer holds it.
+    os.fault(a, pg(4)).unwrap();
+    assert_eq!((0..5).filter(|&i| holds(&os, pg(i))).count(), 4);
+    check(&mut os);
+}
+
 #[test]
 fn tar_and_sf_agree_with_the_global_tar_through_allocation_eviction_migration_and_unmap() {
     // Two processes share a small 4 KiB RestSeg (8 sets × 2 ways) and a 2 MiB one (1 set × 2 ways).
