@@ -11,6 +11,8 @@ pub mod arch;
 pub mod config;
 pub mod error;
 pub mod fsutil;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod mem;
 pub mod mmu;
 pub mod os;

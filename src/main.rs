@@ -43,6 +43,10 @@ struct RunOpts {
     /// Compare every walk and TLB hit with the OS's ground truth.
     #[arg(long)]
     checked: bool,
+    /// Host memory the simulator may use (e.g. 64G; default: 3/4 of this machine's): a config
+    /// whose structures need more is refused before anything is allocated.
+    #[arg(long, value_name = "SIZE")]
+    max_host_memory: Option<String>,
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -145,6 +149,9 @@ fn layers(opts: &RunOpts) -> Result<Layers> {
     }
     if opts.checked {
         sets.push("sim.checked=true".into());
+    }
+    if let Some(m) = &opts.max_host_memory {
+        sets.push(format!("sim.max_host_memory=\"{m}\""));
     }
     sets.extend(opts.sets.iter().cloned());
     let file = match &opts.config {

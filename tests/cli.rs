@@ -225,3 +225,16 @@ fn runs_that_simulate_nothing_fail() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("cannot be used with"), "{err}");
 }
+
+/// Configs whose structures would not fit the host are refused before anything is allocated,
+/// naming the key; `--max-host-memory` moves the limit.
+#[test]
+fn configs_too_big_for_the_host_are_refused() {
+    fails_with(&["run", "--set", "mem.llc.size=1T"], &["mem.llc.size", "host memory", "--max-host-memory"]);
+    fails_with(&["run", "--set", "os.memory=1024T"], &["os.memory", "host memory"]);
+    fails_with(&["run", "--set", "mmu.l2.entries=2147483648", "--set", "mmu.l2.ways=1"], &["mmu.l2.entries", "2^28"]);
+    fails_with(&["run", "--max-host-memory", "100M", "--set", "mem.llc.size=1G"], &["mem.llc.size", "sim.max_host_memory"]);
+    let (code, _, err) =
+        xlate(&["run", "--quiet", "--max-host-memory", "2G", "--set", "mem.llc.size=1G", "--set", "workload.params.updates=1000"]);
+    assert_eq!(code, 0, "{err}");
+}

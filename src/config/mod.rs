@@ -6,6 +6,7 @@
 //! The resolved config is validated once here; the simulator never re-checks it.
 
 pub mod accel;
+pub mod hostmem;
 
 use crate::arch::nested::HostConfig;
 use crate::arch::{ArchConfig, Design};
@@ -103,6 +104,10 @@ pub struct SimConfig {
     /// as Redis's BGSAVE forks), so the parent's stores copy the pages they touch first
     /// (copy-on-write; docs/os-model.md).
     pub fork_after_setup: bool,
+    /// Host memory the simulator's structures may take (estimated before allocating,
+    /// [`hostmem`]); 0: three quarters of this machine's memory. `--max-host-memory`.
+    #[serde(with = "crate::addr::bytes_serde")]
+    pub max_host_memory: u64,
 }
 
 impl Default for SimConfig {
@@ -115,6 +120,7 @@ impl Default for SimConfig {
             quantum_instrs: 10_000_000,
             flush_on_switch: false,
             fork_after_setup: false,
+            max_host_memory: 0,
         }
     }
 }
@@ -182,15 +188,16 @@ impl Config {
         if self.core.base_cpi < 0.0 {
             return Err(Error::config("core.base_cpi", "must not be negative"));
         }
-        check_numbers(&to_value(self), "")?;
+        let v = to_value(self);
+        check_numbers(&v, "")?;
         if self.core.translation_exposure > 1.0 {
             return Err(Error::config(
                 "core.translation_exposure",
                 "must be between 0 and 1 (the exposed fraction of translation latency)",
             ));
         }
-        if self.workload.processes == 0 {
-            return Err(Error::config("workload.processes", "must be at least 1"));
+        if self.workload.processes == 0 || self.workload.processes > 4096 {
+            return Err(Error::config("workload.processes", format!("must be between 1 and 4096, found {}", self.workload.processes)));
         }
         if self.sim.epoch_accesses == 0 {
             return Err(Error::config("sim.epoch_accesses", "must be at least 1"));
@@ -202,7 +209,8 @@ impl Config {
         if self.accel.enabled {
             self.accel.validate(self.os.memory)?;
         }
-        self.host.validate()
+        self.host.validate()?;
+        hostmem::check(self, &v)
     }
 }
 
