@@ -45,6 +45,34 @@ fn pomtlb_hits_and_misses_checked() {
     assert_eq!(drv(&s, "pomtlb_bytes"), (1 << 20) as f64);
 }
 
+/// Mixed page sizes (THP on fragmented memory: a fifth of the table in 2 MiB pages): the
+/// page-size predictor meets both sizes,
+/// mispredicts some, and every option's probe/walk ordering still gives the OS's frame on every
+/// access (checked mode).
+#[test]
+fn pomtlb_predictor_and_orderings_checked_with_mixed_page_sizes() {
+    let mixed = with(GUPS_512M, &["os.thp=\"always\"", "os.memory=1G", "os.fragmentation.keep_free=0"]);
+    let mixed = with(&mixed.iter().map(|s| s.as_str()).collect::<Vec<_>>(), FRAG);
+    let r = run_s("pomtlb", &mixed);
+    assert_eq!(r.core.checked, r.core.accesses);
+    assert!(metric(&r, "coverage_4k") > 0.0 && metric(&r, "coverage_2m") > 0.0, "both sizes mapped");
+    assert!(drv(&r, "pomtlb_hits_2m") > 0.0 && drv(&r, "pomtlb_hits_4k") > 0.0);
+    let (pred, mis) = (drv(&r, "pomtlb_predictions"), drv(&r, "pomtlb_mispredictions"));
+    assert!(mis > 0.0 && mis < pred / 2.0, "{mis} of {pred} mispredicted");
+    assert_eq!(drv(&r, "pomtlb_predictor_accuracy"), 1.0 - mis / pred);
+    assert!(drv(&r, "pomtlb_second_probes") >= drv(&r, "pomtlb_page_walks"), "every miss reads both partitions");
+    assert_eq!(drv(&r, "pomtlb_fill_writes"), drv(&r, "pomtlb_fills"));
+    for opts in [
+        &["arch.pomtlb.probe=\"parallel\""][..],
+        &["arch.pomtlb.walk=\"parallel\""],
+        &["arch.pomtlb.set_read=\"first_line\"", "arch.pomtlb.fill=\"untimed\"", "arch.pomtlb.partitions=\"shared\""],
+    ] {
+        let o = run_s("pomtlb", &with(&mixed.iter().map(|s| s.as_str()).collect::<Vec<_>>(), opts));
+        assert_eq!(o.core.checked, o.core.accesses, "{opts:?}");
+        assert_eq!(drv(&o, "pomtlb_hits") + drv(&o, "pomtlb_page_walks"), drv(&o, "pomtlb_probes"), "{opts:?}");
+    }
+}
+
 /// khugepaged replaces 4 KiB translations the POM-TLB holds; the OS's shootdown must invalidate
 /// them (checked mode fails on a stale POM-TLB hit).
 #[test]
@@ -177,7 +205,7 @@ fn scaled_gups_orders_the_baselines() {
     let (sp, sr, st) = (speedup(&pom), speedup(&rmm), speedup(&ptlb));
     assert!(st > sr && sr > sp, "P-TLB {st:.3} > RMM {sr:.3} > POM-TLB {sp:.3}");
     assert!(sr > 1.5, "RMM {sr:.3}");
-    // With 4 KiB pages a 64K-entry POM-TLB covers a quarter of the table; its probe sits in front
+    // With 4 KiB pages a 64K-entry POM-TLB covers a quarter of the table; its probes sit in front
     // of every page walk, so it may lose a little, never much.
     assert!((0.7..1.3).contains(&sp), "POM-TLB {sp:.3}");
     assert!(metric(&rmm, "walk_latency_avg") > 0.0 && metric(&rmm, "side_walk_hit_rate") > 0.99);

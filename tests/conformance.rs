@@ -85,7 +85,7 @@ conformance! {
         Case { design: "fpt-l2l1", sets: &[] },
     ];
     ecpt: Ecpt => [Case { design: "ecpt-thp", sets: &["arch.ecpt.sizes=[\"4K\",\"2M\",\"1G\"]"] }, Case { design: "ech", sets: &[] }];
-    pomtlb: PomTlb => [Case { design: "pomtlb", sets: &[] }];
+    pomtlb: PomTlb => [Case { design: "pomtlb", sets: &[] }, Case { design: "pomtlb", sets: &["os.thp=always", "arch.pomtlb.walk=\"parallel\""] }];
     rmm: Rmm => [Case { design: "rmm", sets: &[] }];
     utopia: Utopia => [
         Case { design: "utopia-thp", sets: &[UTOPIA_SMALL] },

@@ -10,12 +10,20 @@
 //!   address space, as the in-memory TLB is shared by every process; entries are ASID-tagged).
 //!   An entry is `entry_bytes` (16 in the POM-TLB paper: tag, PPN, attributes) and set `s` is the
 //!   `ways × entry_bytes` bytes at `base + s × ways × entry_bytes`, i.e. one or more 64-byte lines.
-//! - Lookup: a walk-plan step reading every line of the probed set of each partition, in
-//!   parallel (Virtuoso probes the partitions in parallel too; the POM-TLB paper's page-size
-//!   predictor is not modelled). The walk waits for the partition that hits, or for all of them
-//!   on a miss. On a miss the x86 radix walk ([`Radix`], wrapped, not copied) follows in later
-//!   steps, and its result is filled into the POM-TLB (the fill's write to memory is not timed).
-//!   1 GiB translations are not cached.
+//! - Probe: a walk-plan step reading every line of the probed set, through the data caches
+//!   (the references enter where the walker's do, `mmu.walker_entry`). With `probe =
+//!   "predicted"` (the POM-TLB paper) a per-core page-size predictor names the partition probed
+//!   first; if that set misses, the other partition is probed in the next step, so a
+//!   misprediction costs one more serial probe and a miss costs two. With `probe = "parallel"`
+//!   (Virtuoso, Utopia's artifact) every partition is read in one step, which waits for the
+//!   partition that hits, or for all of them on a miss.
+//! - Walk: with `walk = "after_miss"` (the paper, Virtuoso, Utopia's artifact) the x86 radix walk
+//!   ([`Radix`], wrapped, not copied) follows the probe's last step; with `"parallel"` it starts
+//!   with the probe, and whichever answers first is used (a hit cancels the rest of the walk).
+//! - Fill: a walked 4 KiB or 2 MiB translation is filled into its partition. With `fill =
+//!   "write"` the entry's line is written through the caches (write-allocate) as a walk-plan
+//!   reference after the walk that the walk does not wait for; `"untimed"` fills the array
+//!   only (Virtuoso). 1 GiB translations are not cached.
 //! - Coherence: the POM-TLB is a TLB, so the OS's TLB shootdown invalidates it
 //!   ([`MemoryTlb::shootdown`]); checked mode compares every POM-TLB hit with the OS's truth.
 
@@ -36,6 +44,47 @@ pub enum Partitions {
     Shared,
 }
 
+/// Which partitions a probe reads, and in what order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeOrder {
+    /// The page-size predictor names the partition read first; the other follows on a miss.
+    Predicted,
+    /// Every partition in one step (Virtuoso's `mmu_pomtlb.cc`, Utopia's artifact).
+    Parallel,
+}
+
+/// When the page walk starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WalkStart {
+    /// After the POM-TLB missed in every partition.
+    AfterMiss,
+    /// With the probe; a POM-TLB hit cancels the walk steps not yet issued.
+    Parallel,
+}
+
+/// How a fill reaches memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FillTiming {
+    /// The entry's line is written through the caches, after the walk, off its critical path.
+    Write,
+    /// Only the array changes; no memory reference (Virtuoso).
+    Untimed,
+}
+
+/// Which lines of a set a probe reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SetRead {
+    /// Every line of the set (`ways × entry_bytes` bytes): the tags of all ways are compared.
+    All,
+    /// Only the set's first 64-byte line, whatever the associativity (Utopia's artifact, which
+    /// keeps a 16-way array but reads one line per probe).
+    FirstLine,
+}
+
 /// POM-TLB configuration (`[arch.pomtlb]`; the walk that follows a miss uses `[arch.radix]`).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -50,9 +99,23 @@ pub struct PomTlbConfig {
     pub partitions: Partitions,
     /// Bytes per entry (POM-TLB paper: 16, four entries per 64-byte line).
     pub entry_bytes: u32,
-    /// Fixed cycles added to the probe besides its memory references (0: the probe costs what
-    /// its cached memory reference costs, as in Virtuoso).
+    /// Fixed cycles added to each probe step besides its memory references (0: the probe costs
+    /// what its cached memory reference costs, as in Virtuoso).
     pub latency: u32,
+    /// Probe order (POM-TLB paper: `"predicted"`, its page-size predictor; Virtuoso and Utopia's
+    /// artifact: `"parallel"`).
+    pub probe: ProbeOrder,
+    /// Page-size predictor entries, 2-bit counters indexed by the 2 MiB virtual region (512:
+    /// our choice, 128 bytes per core; see docs/baselines.md).
+    pub predictor_entries: u32,
+    /// When the walk starts (POM-TLB paper, Virtuoso, Utopia's artifact: `"after_miss"`).
+    pub walk: WalkStart,
+    /// Lines a probe reads (`"all"`: a set is `ways × entry_bytes` bytes; Utopia's artifact:
+    /// `"first_line"`).
+    pub set_read: SetRead,
+    /// How a fill reaches memory (`"write"`: the POM-TLB is ordinary cacheable memory, so the
+    /// filled entry is a store to its line; Virtuoso: `"untimed"`).
+    pub fill: FillTiming,
 }
 
 impl Default for PomTlbConfig {
@@ -64,6 +127,11 @@ impl Default for PomTlbConfig {
             partitions: Partitions::Split,
             entry_bytes: 16,
             latency: 0,
+            probe: ProbeOrder::Predicted,
+            predictor_entries: 512,
+            walk: WalkStart::AfterMiss,
+            set_read: SetRead::All,
+            fill: FillTiming::Write,
         }
     }
 }
@@ -83,6 +151,9 @@ impl PomTlbConfig {
         if !(4..=64).contains(&self.entry_bytes) || !self.entry_bytes.is_power_of_two() {
             return Err(Error::config(format!("{key}.entry_bytes"), "must be a power of two between 4 and 64"));
         }
+        if self.predictor_entries == 0 || !self.predictor_entries.is_power_of_two() {
+            return Err(Error::config(format!("{key}.predictor_entries"), "must be a power of two"));
+        }
         Ok(())
     }
 }
@@ -101,6 +172,7 @@ pub struct PomArray {
     pbase: Vec<u64>,
     mask: u64,
     set_bytes: u64,
+    entry_bytes: u64,
     lines: u64,
     bytes: u64,
     /// Physical base of the array (set once memory is allocated).
@@ -120,6 +192,7 @@ impl PomArray {
             pbase: vec![0; entries as usize],
             mask: sets as u64 - 1,
             set_bytes,
+            entry_bytes: u64::from(entry_bytes),
             lines: set_bytes.div_ceil(64),
             bytes,
             base: 0,
@@ -147,8 +220,9 @@ impl PomArray {
         Some(self.pbase[self.arr.slot(set, w)])
     }
 
-    /// Fills a translation; returns whether a valid entry was evicted.
-    pub fn fill(&mut self, asid: u16, va: u64, t: Translation) -> bool {
+    /// Fills a translation; returns the physical address of the line holding its entry and
+    /// whether a valid entry was evicted.
+    pub fn fill(&mut self, asid: u16, va: u64, t: Translation) -> (u64, bool) {
         let set = self.set_of(va, t.size);
         let tg = tag(asid, va, t.size);
         let (w, evicted) = match self.arr.probe(set, tg) {
@@ -157,7 +231,8 @@ impl PomArray {
         };
         let slot = self.arr.slot(set, w);
         self.pbase[slot] = t.pbase;
-        evicted.is_some()
+        let line = self.set_addr(set) + ((w as u64 * self.entry_bytes) & !63);
+        (line, evicted.is_some())
     }
 
     /// Invalidates the entries of `asid` for pages of `size` starting in `[start, end)`; returns
@@ -194,6 +269,51 @@ impl PomArray {
     }
 }
 
+/// The page-size predictor of one core: 2-bit saturating counters indexed by the 2 MiB
+/// virtual region, trained with the size each translation turned out to have; a counter of 2 or
+/// more predicts a 2 MiB page.
+pub struct SizePredictor {
+    counters: Vec<u8>,
+    mask: u64,
+}
+
+impl SizePredictor {
+    /// `entries` counters (a power of two), all predicting 4 KiB.
+    pub fn new(entries: u32) -> SizePredictor {
+        SizePredictor { counters: vec![0; entries as usize], mask: u64::from(entries) - 1 }
+    }
+
+    #[inline(always)]
+    fn index(&self, va: u64) -> usize {
+        ((va >> PageSize::M2.shift()) & self.mask) as usize
+    }
+
+    /// The page size predicted for `va`.
+    #[inline]
+    pub fn predict(&self, va: u64) -> PageSize {
+        if self.counters[self.index(va)] >= 2 {
+            PageSize::M2
+        } else {
+            PageSize::K4
+        }
+    }
+
+    /// Trains the counter of `va` with the size its translation has.
+    #[inline]
+    pub fn train(&mut self, va: u64, size: PageSize) {
+        let i = self.index(va);
+        let c = &mut self.counters[i];
+        *c = if size == PageSize::K4 { c.saturating_sub(1) } else { (*c + 1).min(3) };
+    }
+}
+
+/// One core's POM-TLB walk state: the radix PWCs and the page-size predictor.
+pub struct PomWalkCache {
+    radix: RadixPwc,
+    /// The page-size predictor.
+    pub predictor: SizePredictor,
+}
+
 /// POM-TLB counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PomStats {
@@ -201,10 +321,18 @@ pub struct PomStats {
     pub probes: u64,
     /// Probes that hit, 4 KiB / 2 MiB.
     pub hits: [u64; 2],
+    /// Probes that read a second partition after the predicted one missed.
+    pub second_probes: u64,
+    /// Page-size predictions checked against the translation found (hit or walk).
+    pub predictions: u64,
+    /// Predictions of the wrong size.
+    pub mispredictions: u64,
     /// Radix walks after a POM-TLB miss.
     pub page_walks: u64,
     /// Translations filled.
     pub fills: u64,
+    /// Fills written to memory (`fill = "write"`).
+    pub fill_writes: u64,
     /// Fills that evicted a valid entry.
     pub evictions: u64,
     /// Entries invalidated by shootdowns.
@@ -225,6 +353,16 @@ pub struct PomTlb {
 /// One address space: its radix page table (the POM-TLB itself is shared).
 pub struct PomTlbSpace {
     radix: RadixSpace,
+}
+
+/// The other partition's page size.
+#[inline(always)]
+fn other(size: PageSize) -> PageSize {
+    if size == PageSize::K4 {
+        PageSize::M2
+    } else {
+        PageSize::K4
+    }
 }
 
 impl PomTlb {
@@ -253,29 +391,72 @@ impl PomTlb {
         self.arrays.iter().map(|a| a.bytes).sum()
     }
 
-    /// Probes the POM-TLB for `va`: appends the set reads to `plan` (step 0) and returns the hit.
-    fn probe(&mut self, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
+    /// Appends the reads of the set `va` maps to in the partition of `size` to `plan`.
+    #[inline]
+    fn read_set(&self, va: u64, size: PageSize, step: u8, needed: bool, plan: &mut WalkPlan) {
+        let arr = &self.arrays[self.array_for(size)];
+        let base = arr.set_addr(arr.set_of(va, size));
+        let lines = if self.cfg.set_read == SetRead::All { arr.lines } else { 1 };
+        for l in 0..lines {
+            plan.push(base + l * 64, step, needed);
+        }
+        plan.unfiltered += lines as u32;
+    }
+
+    /// Looks `va` up in the partition of `size` (a hit updates replacement state and counts).
+    #[inline]
+    fn lookup(&mut self, asid: u16, va: u64, size: PageSize) -> Option<Translation> {
+        let a = self.array_for(size);
+        let pbase = self.arrays[a].lookup(asid, va, size)?;
+        self.stats.hits[(size != PageSize::K4) as usize] += 1;
+        Some(Translation { pbase, size })
+    }
+
+    /// Probes the POM-TLB for `va`, reading the predicted partition first (`first`) or every
+    /// partition at once (`None`): appends the set reads to `plan`, one step per serial probe
+    /// from step 0, and returns the hit and the number of steps.
+    fn probe(&mut self, asid: u16, va: u64, first: Option<PageSize>, plan: &mut WalkPlan) -> (Option<Translation>, u8) {
         self.stats.probes += 1;
-        let mut hit = None;
-        for (k, size) in [PageSize::K4, PageSize::M2].into_iter().enumerate() {
-            let a = self.array_for(size);
-            if let Some(pbase) = self.arrays[a].lookup(asid, va, size) {
-                self.stats.hits[k] += 1;
-                hit = Some((k, Translation { pbase, size }));
-                break;
+        match first {
+            None => {
+                let hit = self.lookup(asid, va, PageSize::K4).or_else(|| self.lookup(asid, va, PageSize::M2));
+                plan.fixed_cycles += self.cfg.latency;
+                for size in [PageSize::K4, PageSize::M2] {
+                    self.read_set(va, size, 0, hit.is_none_or(|t| t.size == size), plan);
+                }
+                (hit, 1)
+            }
+            Some(size) => {
+                for (step, size) in [size, other(size)].into_iter().enumerate() {
+                    if step == 1 {
+                        self.stats.second_probes += 1;
+                    }
+                    plan.fixed_cycles += self.cfg.latency;
+                    self.read_set(va, size, step as u8, true, plan);
+                    if let Some(t) = self.lookup(asid, va, size) {
+                        return (Some(t), step as u8 + 1);
+                    }
+                }
+                (None, 2)
             }
         }
-        plan.fixed_cycles += self.cfg.latency;
-        for (k, size) in [PageSize::K4, PageSize::M2].into_iter().enumerate() {
-            let arr = &self.arrays[self.array_for(size)];
-            let base = arr.set_addr(arr.set_of(va, size));
-            let needed = hit.is_none_or(|(h, _)| h == k);
-            for l in 0..arr.lines {
-                plan.push(base + l * 64, 0, needed);
-            }
-            plan.unfiltered += arr.lines as u32;
+    }
+
+    /// Fills a walked translation of `va` into its partition and, with `fill = "write"`, appends
+    /// the store to its line after the walk's last step.
+    fn fill(&mut self, asid: u16, va: u64, t: Translation, plan: &mut WalkPlan) {
+        if t.size != PageSize::K4 && t.size != PageSize::M2 {
+            return;
         }
-        hit.map(|(_, t)| t)
+        let a = self.array_for(t.size);
+        let (line, evicted) = self.arrays[a].fill(asid, va, t);
+        self.stats.fills += 1;
+        self.stats.evictions += evicted as u64;
+        if self.cfg.fill == FillTiming::Write {
+            let step = plan.refs.last().map_or(0, |r| r.step.saturating_add(1));
+            plan.push_write(line, step);
+            self.stats.fill_writes += 1;
+        }
     }
 }
 
@@ -334,7 +515,7 @@ impl Registered for PomTlb {
     type Section = PomTlbConfig;
     const DESIGNS: &'static [Design] = &[Design {
         name: "pomtlb",
-        description: "POM-TLB: 64K-entry 16-way SRRIP in-memory L3 TLB per page size, probed before the radix4 walk (4 KiB pages)",
+        description: "POM-TLB: 64K-entry 16-way SRRIP in-memory L3 TLB per page size, predicted size probed first, before the radix4 walk (4 KiB pages)",
         driver: "pomtlb",
         arch: |a| a.radix.levels = 4,
         settings: &["os.thp=never"],
@@ -365,7 +546,7 @@ impl MemoryTlb<PomTlb> for PomTlb {
 
 impl Driver for PomTlb {
     type Config = (PomTlbConfig, RadixConfig);
-    type WalkCache = RadixPwc;
+    type WalkCache = PomWalkCache;
 
     fn from_config((pomtlb, radix): &(PomTlbConfig, RadixConfig), _seed: u64) -> Result<Self> {
         Ok(PomTlb::new(pomtlb, radix))
@@ -376,36 +557,60 @@ impl Driver for PomTlb {
         Some(self)
     }
 
-    fn new_walk_cache(&self) -> RadixPwc {
-        self.radix.new_walk_cache()
+    fn new_walk_cache(&self) -> PomWalkCache {
+        PomWalkCache { radix: self.radix.new_walk_cache(), predictor: SizePredictor::new(self.cfg.predictor_entries) }
     }
 
     #[inline]
-    fn walk(&mut self, s: &mut PomTlbSpace, wc: &mut RadixPwc, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
-        if let Some(t) = self.probe(asid, va, plan) {
-            return Some(t);
-        }
-        // Miss: the radix walk follows the probe.
-        self.stats.page_walks += 1;
-        let n0 = plan.refs.len();
-        let r = self.radix.walk(&mut s.radix, wc, asid, va, plan);
-        for r in &mut plan.refs[n0..] {
-            r.step += 1;
-        }
-        if let Some(t) = r {
-            if t.size == PageSize::K4 || t.size == PageSize::M2 {
-                let a = self.array_for(t.size);
-                self.stats.fills += 1;
-                if self.arrays[a].fill(asid, va, t) {
-                    self.stats.evictions += 1;
+    fn walk(&mut self, s: &mut PomTlbSpace, wc: &mut PomWalkCache, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
+        let first = (self.cfg.probe == ProbeOrder::Predicted).then(|| wc.predictor.predict(va));
+        let (n0, f0) = (plan.refs.len(), plan.fixed_cycles);
+        let (hit, steps) = self.probe(asid, va, first, plan);
+        let (n1, f1) = (plan.refs.len(), plan.fixed_cycles);
+        let r = match (self.cfg.walk, hit) {
+            (WalkStart::AfterMiss, Some(t)) => Some(t),
+            (WalkStart::AfterMiss, None) => {
+                // The radix walk follows the probe's last step.
+                self.stats.page_walks += 1;
+                let r = self.radix.walk(&mut s.radix, &mut wc.radix, asid, va, plan);
+                for x in &mut plan.refs[n1..] {
+                    x.step += steps;
                 }
+                r
             }
+            (WalkStart::Parallel, hit) => {
+                // The walk's steps run beside the probe's from step 0.
+                let r = self.radix.walk(&mut s.radix, &mut wc.radix, asid, va, plan);
+                if hit.is_some() {
+                    // The hit cancels the walk: its steps after the probe's are never issued and
+                    // the ones issued are not waited for, nor are its walk-cache lookups.
+                    let issued = plan.refs[n1..].iter().take_while(|x| x.step < steps).count();
+                    plan.refs.truncate(n1 + issued);
+                    plan.refs[n1..].iter_mut().for_each(|x| x.needed = false);
+                    plan.fixed_cycles = f1;
+                } else {
+                    // The walk answers; the probe is off the critical path.
+                    self.stats.page_walks += 1;
+                    plan.refs[n0..n1].iter_mut().for_each(|x| x.needed = false);
+                    plan.fixed_cycles -= f1 - f0;
+                }
+                plan.refs[n0..].sort_by_key(|x| x.step);
+                hit.or(r)
+            }
+        };
+        if let (Some(p), Some(t)) = (first, r) {
+            self.stats.predictions += 1;
+            self.stats.mispredictions += u64::from((p == PageSize::K4) != (t.size == PageSize::K4));
+            wc.predictor.train(va, t.size);
+        }
+        if let (None, Some(t)) = (hit, r) {
+            self.fill(asid, va, t, plan);
         }
         r
     }
 
-    fn invalidate_walk_cache(&self, wc: &mut RadixPwc, asid: u16, start: u64, end: u64) {
-        self.radix.invalidate_walk_cache(wc, asid, start, end)
+    fn invalidate_walk_cache(&self, wc: &mut PomWalkCache, asid: u16, start: u64, end: u64) {
+        self.radix.invalidate_walk_cache(&mut wc.radix, asid, start, end)
     }
 
     fn leaf_sizes(&self) -> &[PageSize] {
@@ -422,8 +627,16 @@ impl Driver for PomTlb {
         m.insert("pomtlb_hits_4k".into(), st.hits[0].into());
         m.insert("pomtlb_hits_2m".into(), st.hits[1].into());
         m.insert("pomtlb_hit_rate".into(), (if st.probes == 0 { 0.0 } else { hits as f64 / st.probes as f64 }).into());
+        m.insert("pomtlb_second_probes".into(), st.second_probes.into());
+        if self.cfg.probe == ProbeOrder::Predicted {
+            m.insert("pomtlb_predictions".into(), st.predictions.into());
+            m.insert("pomtlb_mispredictions".into(), st.mispredictions.into());
+            let acc = if st.predictions == 0 { 1.0 } else { 1.0 - st.mispredictions as f64 / st.predictions as f64 };
+            m.insert("pomtlb_predictor_accuracy".into(), acc.into());
+        }
         m.insert("pomtlb_page_walks".into(), st.page_walks.into());
         m.insert("pomtlb_fills".into(), st.fills.into());
+        m.insert("pomtlb_fill_writes".into(), st.fill_writes.into());
         m.insert("pomtlb_evictions".into(), st.evictions.into());
         m.insert("pomtlb_invalidations".into(), st.invalidations.into());
         m
@@ -434,6 +647,8 @@ impl Driver for PomTlb {
 mod tests {
     use super::*;
     use crate::arch::radix::RadixConfig;
+    use crate::mem::{MemConfig, MemHierarchy};
+    use crate::mmu::{time_walk, WalkStats, WalkerEntry};
     use crate::os::phys::PhysMem;
     use crate::tapi::{prot, OsCost};
 
@@ -453,19 +668,19 @@ mod tests {
         assert_eq!(a.lines, 1);
         let va = |vpn: u64| vpn << 12;
         // fill A(0), B(4): RRPV [2 2]; hit A: [0 2]; fill C(8) ages to [1 3] and evicts B: [1 2].
-        assert!(!a.fill(1, va(0), t4(0xa000)));
-        assert!(!a.fill(1, va(4), t4(0xb000)));
+        assert!(!a.fill(1, va(0), t4(0xa000)).1);
+        assert!(!a.fill(1, va(4), t4(0xb000)).1);
         assert_eq!(a.lookup(1, va(0), PageSize::K4), Some(0xa000));
-        assert!(a.fill(1, va(8), t4(0xc000)));
+        assert!(a.fill(1, va(8), t4(0xc000)).1);
         assert_eq!(a.lookup(1, va(4), PageSize::K4), None, "B was the SRRIP victim");
         assert_eq!(a.lookup(1, va(0), PageSize::K4), Some(0xa000));
         // The hit on A makes [0 2]; fill D(12) ages to [1 3] and evicts C, not the reused A.
-        assert!(a.fill(1, va(12), t4(0xd000)));
+        assert!(a.fill(1, va(12), t4(0xd000)).1);
         assert_eq!(a.lookup(1, va(8), PageSize::K4), None);
         assert_eq!(a.lookup(1, va(0), PageSize::K4), Some(0xa000));
         // ASIDs and sizes are part of the tag; other sets are untouched.
         assert_eq!(a.lookup(2, va(0), PageSize::K4), None);
-        assert!(!a.fill(1, va(1), t4(0x1000)));
+        assert!(!a.fill(1, va(1), t4(0x1000)).1);
         assert_eq!(a.lookup(1, va(1), PageSize::K4), Some(0x1000));
         // Shootdown of [0, 16K) for ASID 1 drops A (vpn 0) and the vpn-1 entry, not D (vpn 12).
         assert_eq!(a.invalidate(1, 0, 0x4000, PageSize::K4).1, 2);
@@ -475,8 +690,138 @@ mod tests {
         assert_eq!(a.invalidate(1, 0, 1 << 30, PageSize::K4), (8, 1));
     }
 
+    /// A driver with `cfg` and one address space of ASID 1 mapping the 4 KiB page `A` and the
+    /// 2 MiB page `H`.
+    struct Rig {
+        d: PomTlb,
+        s: PomTlbSpace,
+        wc: PomWalkCache,
+        mem: MemHierarchy,
+        stats: WalkStats,
+    }
+
+    /// The 4 KiB page (2 MiB region 0x91: predictor counter 145) and the 2 MiB page (region 0x200:
+    /// counter 0); both lie under PML4 entry 0, in PDPT entries 0 and 1 (one 64-byte line).
+    const A: u64 = 0x1234_5000;
+    const H: u64 = 0x4000_0000;
+    /// A reference served by DRAM: L1 (4) + L2 (16) + LLC (35) lookups + fixed DRAM latency (100).
+    const M: u32 = 4 + 16 + 35 + 100;
+    /// A reference served by the L1 D-cache.
+    const H1: u32 = 4;
+    /// The PWC lookup that starts every radix walk (Utopia Table 1: 2 cycles).
+    const P: u32 = 2;
+
+    fn rig(cfg: PomTlbConfig) -> Rig {
+        let mut d = PomTlb::new(&cfg, &RadixConfig::default());
+        let mut phys = PhysMem::new(1 << 30, 14);
+        let mut cost = OsCost::default();
+        let mut env = TdbEnv { phys: &mut phys, cost: &mut cost };
+        let mut s = d.create_space(1, &mut env).unwrap();
+        d.update(&mut s, &TObj::new(A, 0x8000, PageSize::K4, prot::RW), &mut env).unwrap();
+        d.update(&mut s, &TObj::new(H, 0x2000_0000, PageSize::M2, prot::RW), &mut env).unwrap();
+        let wc = d.new_walk_cache();
+        let mut mc = MemConfig::default();
+        mc.dram.fixed_cycles = 100;
+        Rig { d, s, wc, mem: MemHierarchy::new(&mc, 1, 2.6), stats: WalkStats::default() }
+    }
+
+    impl Rig {
+        /// Walks `va` (as after an L2 TLB miss) and times the plan through the caches: the
+        /// translation's physical address, the latency and the plan.
+        fn walk(&mut self, va: u64) -> (u64, u32, WalkPlan) {
+            let mut plan = WalkPlan::default();
+            let t = self.d.walk(&mut self.s, &mut self.wc, 1, va, &mut plan).unwrap();
+            let lat = time_walk(&plan, &mut self.mem, 0, WalkerEntry::L1, &mut self.stats);
+            (t.paddr(va), lat, plan)
+        }
+    }
+
+    /// Probe and walk ordering, timed by hand through the default caches with a flat 100-cycle
+    /// DRAM. Every POM-TLB set is 16 ways × 16 B = 4 lines read in one step.
     #[test]
-    fn miss_walks_and_fills_then_hits_in_one_step() {
+    fn predicted_probe_then_walk_timeline() {
+        let mut r = rig(PomTlbConfig::default());
+        // Cold miss of A: the predicted (4 KiB) set, then the 2 MiB set, then the 4-level walk
+        // with the PWC lookup, then the fill's store to A's line, which the walk does not wait for.
+        let (pa, lat, plan) = r.walk(A + 0x678);
+        assert_eq!(pa, 0x8678);
+        assert_eq!(lat, M + M + P + 4 * M);
+        let steps: Vec<(u8, bool, bool)> = plan.refs.iter().map(|x| (x.step, x.needed, x.write)).collect();
+        let mut want = vec![(0, true, false); 4];
+        want.extend([(1, true, false); 4]);
+        want.extend((2..6).map(|s| (s, true, false)));
+        want.push((6, false, true));
+        assert_eq!(steps, want);
+        let fill = plan.refs[12].paddr;
+        assert!((plan.refs[0].paddr..plan.refs[0].paddr + 256).contains(&fill), "the store goes to a line of A's set");
+        // Hit: the 4 KiB set alone, from the L1 D-cache (read by the probe, written by the fill).
+        let (pa, lat, plan) = r.walk(A);
+        assert_eq!((pa, lat, plan.refs.len()), (0x8000, H1, 4));
+        // H is mispredicted (its counter says 4 KiB) and misses: two probes then the walk, whose
+        // PML4E comes from the PWC, PDPTE from the L1 (A's walk read that line), PDE from DRAM.
+        let (pa, lat, _) = r.walk(H + 0x1234);
+        assert_eq!(pa, 0x2000_1234);
+        assert_eq!(lat, M + M + P + H1 + M);
+        // Still mispredicted (counter 1 of 3): the 4 KiB set of this VPN (cold), then the 2 MiB set
+        // (cached), which hits. A misprediction costs one more serial probe.
+        let (pa, lat, plan) = r.walk(H + 0x5000);
+        assert_eq!((pa, lat), (0x2000_5000, M + H1));
+        assert_eq!(plan.refs.iter().map(|x| x.step).max(), Some(1));
+        // Counter 2: predicted 2 MiB, the first probe hits.
+        let (_, lat, plan) = r.walk(H + 0x9000);
+        assert_eq!((lat, plan.refs.len()), (H1, 4));
+        let st = &r.d.stats;
+        assert_eq!((st.probes, st.hits, st.second_probes, st.page_walks), (5, [1, 2], 3, 2));
+        assert_eq!((st.predictions, st.mispredictions, st.fills, st.fill_writes), (5, 2, 2, 2));
+        assert_eq!(r.d.metrics()["pomtlb_predictor_accuracy"], 0.6);
+    }
+
+    /// Virtuoso's and Utopia's artifact's parallel probe: both sets in one step.
+    #[test]
+    fn parallel_probe_timeline() {
+        let mut r = rig(PomTlbConfig { probe: ProbeOrder::Parallel, ..PomTlbConfig::default() });
+        let (_, lat, plan) = r.walk(A);
+        assert_eq!(lat, M + P + 4 * M, "one probe step, then the walk");
+        assert_eq!(plan.refs.iter().filter(|x| x.step == 0).count(), 8);
+        // A hit waits only for the partition that holds the entry.
+        let (_, lat, plan) = r.walk(A);
+        assert_eq!(lat, H1);
+        assert_eq!(plan.refs.iter().filter(|x| x.needed).count(), 4);
+        assert!(!r.d.metrics().contains_key("pomtlb_predictor_accuracy"), "no predictor");
+    }
+
+    /// A walk started with the probe: a miss costs the walk alone, a hit the probe alone, and
+    /// the hit cancels the walk's later steps.
+    #[test]
+    fn parallel_walk_timeline() {
+        let mut r = rig(PomTlbConfig { walk: WalkStart::Parallel, ..PomTlbConfig::default() });
+        let (_, lat, plan) = r.walk(A);
+        assert_eq!(lat, P + 4 * M, "the probes ride beside the walk's first two steps");
+        assert!(plan.refs.windows(2).all(|w| w[0].step <= w[1].step));
+        assert_eq!(plan.refs.iter().filter(|x| x.needed).count(), 4, "only the walk is waited for");
+        // The hit answers after step 0; the walk (now a PDE-PWC hit and one PTE read) issued its
+        // step-0 reference beside it, not waited for, and no more.
+        let (pa, lat, plan) = r.walk(A + 8);
+        assert_eq!((pa, lat), (0x8008, H1));
+        assert_eq!(plan.refs.len(), 5);
+        assert_eq!(plan.refs.iter().filter(|x| !x.needed).count(), 1);
+        assert_eq!(r.d.stats.page_walks, 1);
+    }
+
+    /// `fill = "untimed"` fills the array without a memory reference; `set_read = "first_line"`
+    /// reads one line per probed set.
+    #[test]
+    fn untimed_fill_and_first_line_reads() {
+        let mut r = rig(PomTlbConfig { fill: FillTiming::Untimed, set_read: SetRead::FirstLine, ..PomTlbConfig::default() });
+        let (_, lat, plan) = r.walk(A);
+        assert_eq!(lat, M + M + P + 4 * M);
+        assert_eq!(plan.refs.len(), 1 + 1 + 4, "one line per probe, no store");
+        assert_eq!((r.d.stats.fills, r.d.stats.fill_writes), (1, 0));
+        assert_eq!(r.walk(A).1, H1);
+    }
+
+    #[test]
+    fn shootdown_invalidates_and_sets_lie_in_the_allocated_region() {
         let cfg = PomTlbConfig::default();
         let mut d = PomTlb::new(&cfg, &RadixConfig::default());
         let mut phys = PhysMem::new(1 << 30, 14);
@@ -488,17 +833,8 @@ mod tests {
         let mut wc = d.new_walk_cache();
         let mut plan = WalkPlan::default();
         let t = d.walk(&mut s, &mut wc, 1, 0x1234_5678, &mut plan).unwrap();
-        assert_eq!(t.paddr(0x1234_5678), 0x8678);
-        // 4 lines per partition (16 ways × 16 B), both needed on a miss, then 4 radix levels.
-        assert_eq!(plan.refs.iter().filter(|r| r.step == 0).count(), 8);
-        assert!(plan.refs.iter().filter(|r| r.step == 0).all(|r| r.needed));
-        assert_eq!(plan.refs.len(), 8 + 4);
-        assert_eq!(plan.refs.last().unwrap().step, 4);
         plan.clear();
-        let t2 = d.walk(&mut s, &mut wc, 1, 0x1234_5000, &mut plan).unwrap();
-        assert_eq!(t2, t);
-        assert_eq!(plan.refs.len(), 8, "a hit is the probe alone");
-        assert_eq!(plan.refs.iter().filter(|r| r.needed).count(), 4, "only the 4K partition is waited for");
+        assert_eq!(d.walk(&mut s, &mut wc, 1, 0x1234_5000, &mut plan).unwrap(), t);
         assert_eq!((d.stats.probes, d.stats.hits[0], d.stats.page_walks), (2, 1, 1));
         // The shootdown invalidates the in-memory entry: the next walk goes to the table again.
         d.remove(&mut s, 0x1234_5000, PageSize::K4, &mut env).unwrap();

@@ -262,7 +262,7 @@ pub fn time_walk(plan: &WalkPlan, mem: &mut MemHierarchy, core: usize, entry: Wa
         let mut host = false;
         while i < refs.len() && refs[i].step == step {
             let r = refs[i];
-            let (l, level) = mem.access(core, r.paddr, true, false, enter);
+            let (l, level) = mem.access(core, r.paddr, true, r.write, enter);
             stats.refs_by_level[level as usize] += 1;
             if r.host {
                 stats.host_refs_by_level[level as usize] += 1;

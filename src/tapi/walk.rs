@@ -38,6 +38,9 @@ pub struct WalkRef {
     pub needed: bool,
     /// A host-dimension reference of a 2-D walk (reported apart from the guest's).
     pub host: bool,
+    /// A write (an in-memory translation cache's fill): it dirties the line where it enters the
+    /// caches, which are write-allocate; the walker never waits for one.
+    pub write: bool,
 }
 
 /// The references of one walk plus its fixed latencies. Reused across walks: `clear` keeps the
@@ -86,13 +89,20 @@ impl WalkPlan {
     /// Adds a reference to step `step`.
     #[inline]
     pub fn push(&mut self, paddr: u64, step: u8, needed: bool) {
-        self.refs.push(WalkRef { paddr, step, needed, host: false });
+        self.refs.push(WalkRef { paddr, step, needed, host: false, write: false });
     }
 
     /// Adds a host-dimension reference of a 2-D walk to step `step`.
     #[inline]
     pub fn push_host(&mut self, paddr: u64, step: u8, needed: bool) {
-        self.refs.push(WalkRef { paddr, step, needed, host: true });
+        self.refs.push(WalkRef { paddr, step, needed, host: true, write: false });
+    }
+
+    /// Adds a write to step `step` that the walk does not wait for (a fill of a translation
+    /// cache kept in memory: POM-TLB).
+    #[inline]
+    pub fn push_write(&mut self, paddr: u64, step: u8) {
+        self.refs.push(WalkRef { paddr, step, needed: false, host: false, write: true });
     }
 
     /// Number of serial steps with at least one needed reference.
