@@ -6,6 +6,7 @@
 //! The resolved config is validated once here; the simulator never re-checks it.
 
 pub mod accel;
+pub mod sources;
 
 use crate::arch::nested::HostConfig;
 use crate::arch::{ArchConfig, Design};
