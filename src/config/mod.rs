@@ -224,7 +224,7 @@ pub static PRESETS: &[Preset] = &[
     Preset { name: "virtuoso", description: "Virtuoso (Sniper + MimicOS) defaults", toml: include_str!("presets/virtuoso.toml") },
     Preset {
         name: "champsim",
-        description: "ChampSim's default TLBs and page-structure caches",
+        description: "ChampSim's shipped champsim_config.json, key by key (use --design radix5; docs/champsim.md)",
         toml: include_str!("presets/champsim.toml"),
     },
     Preset {
