@@ -180,7 +180,7 @@ fn run_designs(names: &[String], opts: &RunOpts) -> Result<()> {
     let configs: Vec<config::Config> = designs.iter().map(|d| layers.resolve(Some(d))).collect::<Result<_>>()?;
     if opts.print_config {
         for (d, c) in designs.iter().zip(&configs) {
-            println!("# design {}\n{}", d.name, config::to_toml(c));
+            println!("# design {}\n{}", d.name, config::sources::annotated_toml(c, layers.preset.as_deref())?);
         }
         return Ok(());
     }

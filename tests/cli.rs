@@ -78,6 +78,23 @@ fn listings() {
 }
 
 #[test]
+fn print_config_shows_each_preset_values_source() {
+    let (code, out, err) = xlate(&["run", "--preset", "champsim", "--design", "radix5", "--print-config"]);
+    assert_eq!(code, 0, "{err}");
+    let line = |prefix: &str| out.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no `{prefix}` in\n{out}"));
+    assert!(line("levels = 5").ends_with("# virtual_memory.num_levels = 5"), "{out}");
+    assert!(line("pwc_mode = \"champsim\"").contains("src/ptw.cc"), "{out}");
+    assert!(line("size = \"512K\"").contains("L2C.sets 1024 × L2C.ways 8 × block_size 64"), "{out}");
+    assert!(line("fault_trap_cycles = 200.0").contains("minor_fault_penalty"), "{out}");
+    // The default design sets 4 levels over the preset's 5: the line says so.
+    let (_, out, _) = xlate(&["run", "--preset", "champsim", "--print-config"]);
+    assert!(out.lines().any(|l| l.starts_with("levels = 4") && l.contains("which gives 5")), "{out}");
+    // Without a preset the output is plain TOML.
+    let (_, out, _) = xlate(&["run", "--print-config"]);
+    assert!(!out.contains("  # "), "{out}");
+}
+
+#[test]
 fn run_writes_json_and_csv_with_units() {
     let dir = std::env::temp_dir().join(format!("xlate-cli-out-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -141,7 +141,7 @@ const SIZES_NO_CONT: [PageSize; 3] = [PageSize::K4, PageSize::M2, PageSize::G1];
 impl Arm64 {
     /// A driver as `cfg` configures it.
     pub fn new(cfg: &Arm64Config) -> Arm64 {
-        let table = Radix::new(&RadixConfig { levels: 4, pwc: cfg.pwc.clone() });
+        let table = Radix::new(&RadixConfig { levels: 4, pwc: cfg.pwc.clone(), ..RadixConfig::default() });
         Arm64 { table, cfg: cfg.clone(), stats: ContStats::default(), leaves: [0; 4], groups: [0; 3], stale: Vec::new() }
     }
 

@@ -10,11 +10,14 @@
 //! select a level-L entry (`va >> (12 + 9 (L-1))`) and holds the table that entry points to; a hit
 //! skips exactly the levels above and including L. All PWCs are probed in parallel (one latency),
 //! the deepest hit wins. The entry format and the PWCs live in [`super::x86pte`], shared with FPT.
+//! `arch.radix.pwc_mode = "champsim"` turns the PWCs into ChampSim's page-structure caches, whose
+//! hit at level L re-reads the level-L entry instead of skipping it ([`PwcMode::Champsim`]).
 //!
 //! Invariant kept by `remove`: no table other than the root is ever empty (an emptied table is freed
 //! and its parent entry cleared, as Linux's `free_pgtables` does at unmap), so "is this 2 MiB range
 //! empty" is one PD-entry read — the check EMT contrasts with ECPT's 512 lookups.
 
+pub use super::x86pte::PwcMode;
 use super::x86pte::{decode, default_pwcs, encode, entry_shift, leaf_level, level_size, validate_pwcs, SplitPwc};
 use super::x86pte::{ACCESSED, ADDR_MASK, HUGE, PRESENT, WRITE};
 use super::{ArchConfig, Design, Registered};
@@ -32,12 +35,15 @@ pub struct RadixConfig {
     pub levels: u8,
     /// Split page-walk caches.
     pub pwc: Vec<PwcLevel>,
+    /// Where a PWC hit resumes the walk: `"x86"` (skip the cached level) or `"champsim"`
+    /// (ChampSim's PSCs: re-read it).
+    pub pwc_mode: PwcMode,
 }
 
 impl Default for RadixConfig {
-    /// Utopia MICRO'23 Table 1: 3 split PWCs, 32 entries, 4-way, 2 cycles.
+    /// Utopia MICRO'23 Table 1: 3 split PWCs, 32 entries, 4-way, 2 cycles; x86 semantics.
     fn default() -> Self {
-        RadixConfig { levels: 4, pwc: default_pwcs() }
+        RadixConfig { levels: 4, pwc: default_pwcs(), pwc_mode: PwcMode::X86 }
     }
 }
 
@@ -119,6 +125,8 @@ pub type RadixPwc = SplitPwc;
 pub struct Radix {
     levels: u8,
     pwc: Vec<PwcLevel>,
+    /// PWC payloads are the table a cached entry sits in (ChampSim), not the one it points to.
+    psc: bool,
 }
 
 const SIZES: [PageSize; 3] = [PageSize::K4, PageSize::M2, PageSize::G1];
@@ -133,7 +141,7 @@ impl Radix {
     pub fn new(cfg: &RadixConfig) -> Radix {
         let mut pwc = cfg.pwc.clone();
         pwc.sort_by_key(|p| p.level);
-        Radix { levels: cfg.levels, pwc }
+        Radix { levels: cfg.levels, pwc, psc: cfg.pwc_mode == PwcMode::Champsim }
     }
 
     /// Descends towards `va`, returning (node, level) of the deepest table reached and the entry
@@ -262,13 +270,16 @@ impl Radix {
     ) -> Option<(Translation, u64)> {
         let mut id = s.root;
         let mut level = self.levels;
-        // Probe every PWC in parallel; the deepest hit wins.
-        if let Some((l, child)) = wc.probe(asid, va, plan) {
-            if plan.checked && self.table_at(s, va, l - 1) != Some(child as u32) {
+        // Probe every PWC in parallel; the deepest hit wins. An x86 hit at level l gives the
+        // table its entry points to (the walk goes on at l - 1); a ChampSim PSC hit gives the
+        // table holding the entry (the walk re-reads level l).
+        if let Some((l, table)) = wc.probe(asid, va, plan) {
+            let resume = if self.psc { l } else { l - 1 };
+            if plan.checked && self.table_at(s, va, resume) != Some(table as u32) {
                 plan.violation = Some("stale page-walk-cache entry (table freed or remapped without shootdown)");
             }
-            id = child as u32;
-            level = l - 1;
+            id = table as u32;
+            level = resume;
         }
         // References a walk without PWCs would issue: one per level down to the leaf.
         let top = self.levels;
@@ -295,7 +306,9 @@ impl Radix {
                 return Some((Translation { pbase: e & ADDR_MASK & !size.offset_mask(), size }, e | ACCESSED));
             }
             let child = n.child[i];
-            wc.fill(asid, level, va, child as u64);
+            // ChampSim fills the PSC of each level it reads a table pointer at (`handle_fill`)
+            // with where that read went; x86 caches the pointer itself.
+            wc.fill(asid, level, va, if self.psc { id } else { child } as u64);
             id = child;
             level -= 1;
         }
@@ -531,7 +544,8 @@ impl Driver for Radix {
     }
 
     fn new_walk_cache(&self) -> RadixPwc {
-        SplitPwc::new(&self.pwc, |l| l <= self.levels)
+        let mode = if self.psc { PwcMode::Champsim } else { PwcMode::X86 };
+        SplitPwc::new(&self.pwc, |l| l <= self.levels).with_mode(mode)
     }
 
     #[inline]
@@ -614,6 +628,62 @@ mod tests {
         // Table (non-leaf) entries are left alone: the walk ORs the leaf only.
         let root = r.entries(&s, s.root);
         assert!(root.iter().all(|e| e & ACCESSED == 0));
+    }
+
+    /// ChampSim's page-structure caches (`pwc_mode = "champsim"`) on a hand-built 5-level table
+    /// with ChampSim's PSC geometry. References ChampSim's walker makes (`src/ptw.cc`: a walk
+    /// starts at the level stored in the deepest PSC hit and reads down to the leaf): no hit 5,
+    /// PSCL5 hit 5, PSCL4 4, PSCL3 3, PSCL2 2, each one more than an x86 PWC hit at that level.
+    #[test]
+    fn champsim_psc_hit_at_each_level_leaves_champsims_reference_count() {
+        const CHAMPSIM_REFS: [(u8, usize); 4] = [(5, 5), (4, 4), (3, 3), (2, 2)];
+        let base: u64 = 0x0001_2345_6780_0000 & !0xfff;
+        // A second page sharing `base`'s level-L entry region but not its level-(L-1) one: its
+        // deepest PSC hit is at level L.
+        let partner = |l: u8| base ^ (1u64 << entry_shift(l - 1));
+        for mode in [PwcMode::Champsim, PwcMode::X86] {
+            let cfg = RadixConfig {
+                levels: 5,
+                pwc: [(5u8, 2u32, 2u32), (4, 4, 4), (3, 8, 4), (2, 32, 8)]
+                    .iter()
+                    .map(|&(level, entries, ways)| PwcLevel { level, cache: crate::mmu::wcache::WalkCacheConfig::new(entries, ways, 0) })
+                    .collect(),
+                pwc_mode: mode,
+            };
+            let mut r = Radix::new(&cfg);
+            let (mut phys, mut cost) = (PhysMem::new(1 << 30, 14), OsCost::default());
+            let mut env = TdbEnv { phys: &mut phys, cost: &mut cost };
+            let mut s = r.create_space(1, &mut env).unwrap();
+            let mut pages = vec![base];
+            pages.extend(CHAMPSIM_REFS.iter().map(|&(l, _)| partner(l)));
+            for (k, &va) in pages.iter().enumerate() {
+                r.update(&mut s, &TObj::new(va, 0x10_0000 + ((k as u64) << 12), PageSize::K4, prot::RW), &mut env).unwrap();
+            }
+            // The references of a walk from a cold cache: one per level, root first.
+            let cold = |r: &mut Radix, s: &mut RadixSpace, va: u64| {
+                let mut plan = WalkPlan::default();
+                r.walk(s, &mut r.new_walk_cache(), 1, va, &mut plan).unwrap();
+                plan.refs.iter().map(|x| x.paddr).collect::<Vec<_>>()
+            };
+            assert_eq!(cold(&mut r, &mut s, base).len(), 5, "no PSC hit: one reference per level");
+            for &(level, champsim) in &CHAMPSIM_REFS {
+                let mut wc = r.new_walk_cache();
+                let mut plan = WalkPlan { checked: true, ..WalkPlan::default() };
+                r.walk(&mut s, &mut wc, 1, base, &mut plan).unwrap();
+                plan.clear();
+                let va = partner(level);
+                let t = r.walk(&mut s, &mut wc, 1, va, &mut plan).unwrap();
+                assert_eq!(t.paddr(va), 0x10_0000 + ((pages.iter().position(|&p| p == va).unwrap() as u64) << 12));
+                assert!(plan.violation.is_none(), "{:?}", plan.violation);
+                let want = if mode == PwcMode::Champsim { champsim } else { champsim - 1 };
+                assert_eq!(plan.refs.len(), want, "{mode:?}: deepest hit at level {level}");
+                assert_eq!((plan.wc_hits, plan.unfiltered), (1, 5));
+                // The references are the tail of the full walk: the same entries, read in order.
+                let full = cold(&mut r, &mut s, va);
+                let got: Vec<u64> = plan.refs.iter().map(|x| x.paddr).collect();
+                assert_eq!(got, full[5 - want..], "{mode:?}: level {level}");
+            }
+        }
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! PWC semantics (Intel SDM §4.10.3): a cache for level-`L` entries is keyed by the VA bits that
 //! select a level-`L` entry (`va >> entry_shift(L)`) and holds what that entry points to; a hit
 //! skips every table above and including the one holding the entry. All PWCs are probed in
-//! parallel (one latency); the deepest hit wins.
+//! parallel (one latency); the deepest hit wins. [`PwcMode::Champsim`] gives ChampSim's
+//! page-structure caches instead, whose hits resume the walk one level higher.
 
 use crate::addr::PageSize;
 use crate::error::{Error, Result};
@@ -101,6 +102,24 @@ pub struct PwcLevel {
     pub cache: WalkCacheConfig,
 }
 
+/// What a page-walk-cache entry holds, and so where a hit resumes the walk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PwcMode {
+    /// Intel SDM §4.10.3: the cache for level-`L` entries holds the table an entry points to,
+    /// so a hit skips level `L` and the walk reads level `L − 1` next. Only the deepest hit's
+    /// cache counts as used.
+    #[default]
+    X86,
+    /// ChampSim's page-structure caches (PSCs; `src/ptw.cc`, `PageTableWalker::handle_read` and
+    /// `handle_fill`): the PSC for level `L` (same key, `va >> entry_shift(L)`) holds the table
+    /// the level-`L` entry sits in, so a hit re-reads that entry: one reference more than an
+    /// x86 PWC hit at the same level (a 5-level walk that hits PSCL2 makes 2 references, PSCL3
+    /// 3, PSCL4 4, PSCL5 5). Every PSC is looked up and each hit refreshes its LRU state, as
+    /// ChampSim checks all of them; the deepest hit wins.
+    Champsim,
+}
+
 /// Utopia MICRO'23 Table 1: 3 split PWCs (PML4E, PDPTE, PDE), 32 entries, 4-way, 2 cycles.
 pub fn default_pwcs() -> Vec<PwcLevel> {
     [4u8, 3, 2].iter().map(|&level| PwcLevel { level, cache: WalkCacheConfig::new(32, 4, 2) }).collect()
@@ -124,6 +143,8 @@ pub struct SplitPwc {
     levels: Vec<u8>,
     caches: Vec<WalkCache>,
     latency: u32,
+    /// Look every cache up, not only down to the deepest hit (ChampSim's PSCs).
+    probe_all: bool,
 }
 
 impl SplitPwc {
@@ -135,7 +156,14 @@ impl SplitPwc {
             levels: kept.iter().map(|p| p.level).collect(),
             caches: kept.iter().map(|p| WalkCache::new(&p.cache)).collect(),
             latency: kept.iter().map(|p| p.cache.latency).max().unwrap_or(0),
+            probe_all: false,
         }
+    }
+
+    /// The same caches probed as `mode` does (the payload's meaning is the driver's business).
+    pub fn with_mode(mut self, mode: PwcMode) -> SplitPwc {
+        self.probe_all = mode == PwcMode::Champsim;
+        self
     }
 
     /// Levels that have a PWC, deepest first.
@@ -155,6 +183,13 @@ impl SplitPwc {
             let l = self.levels[k];
             if let Some(v) = c.lookup(asid, va >> entry_shift(l)) {
                 plan.wc_hits += 1;
+                if self.probe_all {
+                    // The shallower caches are looked up too (their hits only refresh LRU); the
+                    // counts stay those of the deepest hit, as in the x86 mode.
+                    for (j, c) in self.caches.iter_mut().enumerate().skip(k + 1) {
+                        c.lookup(asid, va >> entry_shift(self.levels[j]));
+                    }
+                }
                 return Some((l, v));
             }
             plan.wc_misses += 1;

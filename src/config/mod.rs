@@ -7,6 +7,7 @@
 
 pub mod accel;
 pub mod hostmem;
+pub mod sources;
 
 use crate::arch::nested::HostConfig;
 use crate::arch::{ArchConfig, Design};
@@ -239,7 +240,7 @@ pub static PRESETS: &[Preset] = &[
     Preset { name: "virtuoso", description: "Virtuoso (Sniper + MimicOS) defaults", toml: include_str!("presets/virtuoso.toml") },
     Preset {
         name: "champsim",
-        description: "ChampSim's default TLBs and page-structure caches",
+        description: "ChampSim's shipped champsim_config.json, key by key (use --design radix5; docs/champsim.md)",
         toml: include_str!("presets/champsim.toml"),
     },
     Preset {

@@ -26,6 +26,14 @@
 //! run of the address space (per channel), which gives streaming code row hits. A bank is the triple
 //! (channel, rank, bank); there is no bank-address hashing.
 //!
+//! `mapping = "champsim"` is ChampSim's instead (`src/dram_controller.cc`, `make_slicer` and the
+//! `get_*` functions): from the least significant bit, byte offset in a line (6), channel, bank
+//! (bank groups and banks together), column (log2(row_bytes / 64)), rank, row. Consecutive lines
+//! go to different banks, and the bank bits are XORed with every bank-wide chunk of the row number,
+//! the channel bit with the parity of the row number. (ChampSim swizzles bank-group and bank bits
+//! separately with the same chunks, which is the same XOR on the joint field, so bank groups need
+//! no key of their own.)
+//!
 //! # Open-page policy
 //!
 //! A row stays open after an access until another row of the same bank is needed. Outcome latencies:
@@ -36,6 +44,19 @@
 
 use crate::addr::LINE_SHIFT;
 use crate::error::{Error, Result};
+
+/// How a physical address selects channel, rank, bank and row (`mem.dram.mapping`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DramMapping {
+    /// xlate's own: a row is a contiguous run per channel (row : rank : bank : column-high :
+    /// channel : column-low : offset).
+    #[default]
+    RowContiguous,
+    /// ChampSim's: row : rank : column : bank : channel : offset, bank and channel bits XORed
+    /// with the row number.
+    Champsim,
+}
 
 /// DRAM organisation and timing (the `[mem.dram]` config table).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -63,6 +84,8 @@ pub struct DramConfig {
     /// Every access costs this many core cycles, whatever the row buffer holds (EMT's analytical
     /// model: a flat 200). 0 = the row-buffer timings above. Row outcomes are counted either way.
     pub fixed_cycles: u32,
+    /// Address mapping (see the module doc).
+    pub mapping: DramMapping,
 }
 
 impl Default for DramConfig {
@@ -92,6 +115,7 @@ impl Default for DramConfig {
             // queueing, which xlate does not model.
             controller_ns: 5.0,
             fixed_cycles: 0,
+            mapping: DramMapping::RowContiguous,
         }
     }
 }
@@ -204,6 +228,8 @@ pub struct Dram {
     row_shift: u32,
     rank_bits: u32,
     bank_bits: u32,
+    /// ChampSim's bank/channel XOR with the row number.
+    swizzle: bool,
     /// Core cycles of a row hit, closed-bank access and conflict.
     cycles: [u32; 3],
     /// `[outcome][translation]` counters.
@@ -233,9 +259,14 @@ impl Dram {
         let bank_bits = cfg.banks.trailing_zeros();
         let col_bits = (cfg.row_bytes >> LINE_SHIFT).trailing_zeros();
         debug_assert!(col_bits >= COL_LO_BITS, "unvalidated DRAM config: {cfg:?}");
-        let ch_shift = LINE_SHIFT + COL_LO_BITS;
-        let bank_shift = ch_shift + ch_bits + (col_bits - COL_LO_BITS);
-        let rank_shift = bank_shift + bank_bits;
+        let swizzle = cfg.mapping == DramMapping::Champsim;
+        let (ch_shift, bank_shift, rank_shift) = if swizzle {
+            (LINE_SHIFT, LINE_SHIFT + ch_bits, LINE_SHIFT + ch_bits + bank_bits + col_bits)
+        } else {
+            let ch_shift = LINE_SHIFT + COL_LO_BITS;
+            let bank_shift = ch_shift + ch_bits + (col_bits - COL_LO_BITS);
+            (ch_shift, bank_shift, bank_shift + bank_bits)
+        };
         let row_shift = rank_shift + rank_bits;
         let hit = cfg.t_cl_ns + cfg.t_burst_ns + cfg.controller_ns;
         Dram {
@@ -249,6 +280,7 @@ impl Dram {
             row_shift,
             rank_bits,
             bank_bits,
+            swizzle,
             cycles: if cfg.fixed_cycles > 0 {
                 [cfg.fixed_cycles; 3]
             } else {
@@ -263,11 +295,22 @@ impl Dram {
     /// Flat bank index and row of `paddr`.
     #[inline(always)]
     fn locate(&self, paddr: u64) -> (usize, u64) {
-        let ch = (paddr >> self.ch_shift) & self.ch_mask;
+        let mut ch = (paddr >> self.ch_shift) & self.ch_mask;
         let rank = (paddr >> self.rank_shift) & self.rank_mask;
-        let bank = (paddr >> self.bank_shift) & self.bank_mask;
+        let mut bank = (paddr >> self.bank_shift) & self.bank_mask;
+        let row = paddr >> self.row_shift;
+        if self.swizzle {
+            if self.bank_bits > 0 {
+                let mut r = row;
+                while r != 0 {
+                    bank ^= r & self.bank_mask;
+                    r >>= self.bank_bits;
+                }
+            }
+            ch ^= (row.count_ones() as u64 & 1) & self.ch_mask;
+        }
         let idx = (((ch << self.rank_bits) | rank) << self.bank_bits) | bank;
-        (idx as usize, paddr >> self.row_shift)
+        (idx as usize, row)
     }
 
     /// One 64 B access at `paddr`; returns its latency in core cycles and leaves the row open.
@@ -413,6 +456,29 @@ mod tests {
         assert_eq!(d.locate(1 << 15).0, 8);
         assert_eq!(d.locate(1 << 16), (0, 1));
         assert_eq!(d.locate(3 << 10), (0, 0));
+    }
+
+    /// ChampSim's mapping for its shipped physical_memory (1 channel, 8 bank groups × 4 banks,
+    /// 1024 columns of 8 B): offset 0-5, bank 6-10, column 11-17, row 18+, bank XOR row chunks.
+    #[test]
+    fn champsim_mapping() {
+        let cfg = DramConfig { channels: 1, banks: 32, mapping: DramMapping::Champsim, ..DramConfig::default() };
+        cfg.validate("mem.dram").unwrap();
+        let d = Dram::new(&cfg, 4.0);
+        assert_eq!(d.locate(0x3f), (0, 0));
+        // Consecutive lines go to consecutive banks; the column bits stay in the row.
+        assert_eq!((0..32u64).map(|l| d.locate(l * 64).0).collect::<Vec<_>>(), (0..32).collect::<Vec<_>>());
+        assert_eq!(d.locate(1 << 11), (0, 0));
+        assert_eq!(d.locate(127 << 11), (0, 0));
+        // Row 1 flips bank bit 0; row 0b100001 (chunks 0b00001 and 0b1) flips it twice.
+        assert_eq!(d.locate(1 << 18), (1, 1));
+        assert_eq!(d.locate(33 << 18), (0, 33));
+        assert_eq!(d.locate((3 << 18) | (5 << 6)), (5 ^ 3, 3));
+        // Two channels: the channel bit sits just above the offset and flips with the row's parity.
+        let cfg = DramConfig { channels: 2, mapping: DramMapping::Champsim, ..cfg };
+        let d = Dram::new(&cfg, 4.0);
+        assert_eq!(d.locate(64).0, 32, "channel 1, bank 0");
+        assert_eq!(d.locate(1 << 19), (32 + 1, 1), "row 1: odd parity flips the channel; bank bit 0 flips");
     }
 
     #[test]

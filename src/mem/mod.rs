@@ -26,7 +26,7 @@ pub mod topology;
 
 pub use assoc::{Replacement, SetAssoc, INVALID_TAG};
 pub use cache::{Cache, CacheConfig, CacheResult, CacheStats, Writeback};
-pub use dram::{Dram, DramConfig, DramStats};
+pub use dram::{Dram, DramConfig, DramMapping, DramStats};
 
 use crate::addr::LINE_SHIFT;
 use crate::error::Result;
