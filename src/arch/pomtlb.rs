@@ -617,6 +617,10 @@ impl Driver for PomTlb {
         self.radix.leaf_sizes()
     }
 
+    fn user_va_limit(&self) -> u64 {
+        self.radix.user_va_limit()
+    }
+
     fn metrics(&self) -> serde_json::Map<String, serde_json::Value> {
         let st = &self.stats;
         let hits = st.hits[0] + st.hits[1];

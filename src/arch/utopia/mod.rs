@@ -601,6 +601,11 @@ impl Driver for Utopia {
         &self.sizes
     }
 
+    /// The FlexSeg's radix table sets the address space.
+    fn user_va_limit(&self) -> u64 {
+        self.radix.user_va_limit()
+    }
+
     fn metrics(&self) -> Map<String, Value> {
         let rate = |h: u64, n: u64| if n == 0 { 0.0 } else { h as f64 / n as f64 };
         let mut m = Map::new();
