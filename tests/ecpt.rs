@@ -40,7 +40,8 @@ fn resizes_and_kicks_under_checked_mode() {
     assert!(driver_u64(&r, "entries_moved") > 0);
     // 2 MiB clusters: THP on, two entries per way filled up to the brim before resizing, so
     // 2 MiB clusters are kicked between ways and the PMD-CWT headers naming their way change
-    // under the CWCs (the driver reports them; the OS invalidates them on every core).
+    // under the CWCs. The OS rewrites the headers but invalidates no CWC (EMT's kernel has no
+    // such flush); a walk sent to the old way finds nothing there and probes the other ways.
     let r = run(
         "ecpt-thp",
         &[
@@ -56,7 +57,8 @@ fn resizes_and_kicks_under_checked_mode() {
     assert_eq!(r.core.checked, r.core.accesses);
     assert!(r.os.faults_thp >= 128);
     assert!(driver_u64(&r, "kicks_2m") > 0 && driver_u64(&r, "resizes_2m") > 0, "{:?}", r.driver);
-    assert!(driver_u64(&r, "walk_cache_invalidations") > 0 && r.os.walk_cache_shootdowns > 0);
+    assert!(driver_u64(&r, "stale_cwc_fallbacks") > 0, "{:?}", r.driver);
+    assert_eq!(r.os.walk_cache_shootdowns, 0);
 }
 
 /// EMT §8.5 / Utopia §3: ECPT walks are shorter (parallel probes) but issue more references.
