@@ -14,7 +14,7 @@
 //!   own (EMT: PMD-CWT 2 ways × 4096 lines, PUD-CWT 2 ways × 2048).
 //! - **Cuckoo walk caches (CWCs)**, per core: PMD-CWC and PUD-CWC, each entry a copy of one
 //!   64-byte CWT line (64 headers), as EMT's QEMU walker and simulator and Virtuoso cache them.
-//! - **Walk** (EMT's latency model): fixed cycles = max(hash latency, CWC latency); the CWCs are
+//! - **Walk** (EMT's latency model): fixed cycles = hash latency + CWC latency; the CWCs are
 //!   looked up, and one step of parallel probes goes to the (size, way) pairs the cached headers
 //!   leave possible: every way of the 4 KiB table, the one way a header names for a 2 MiB or
 //!   1 GiB page, every way of every table when a CWC misses (the missing CWT line is fetched in
@@ -274,8 +274,11 @@ impl Ecpt {
     pub fn new(cfg: &EcptConfig, seed: u64) -> Ecpt {
         let mut sizes = cfg.sizes.clone();
         sizes.sort();
+        // EMT's walk latency (dynamorio `ecpt_page_walk_latency.py`, its "parallel CWC" variant):
+        // the way's latency + hash + max(PUD-CWC, PMD-CWC); the two CWCs are looked up in
+        // parallel, the hash is not overlapped with them.
         let cwc = if cfg.cwt { cfg.pmd_cwc.latency.max(cfg.pud_cwc.latency) } else { 0 };
-        Ecpt { cfg: cfg.clone(), sizes, seed, fixed_cycles: cfg.hash_latency.max(cwc), c: Counters::default(), summary: BTreeMap::new() }
+        Ecpt { cfg: cfg.clone(), sizes, seed, fixed_cycles: cfg.hash_latency + cwc, c: Counters::default(), summary: BTreeMap::new() }
     }
 
     /// The configuration.
