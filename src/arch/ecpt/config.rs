@@ -37,6 +37,10 @@ pub struct EcptConfig {
     /// simulator and QEMU walker, Virtuoso): probe every way of every table at once and refill
     /// the CWC from the CWT in the background.
     pub wait_for_cwt: bool,
+    /// An oracle for what-if studies: a walk that finds its translation issues only the probe
+    /// that holds it (EMT's simulator's `ecpt_cache_correct_only` variant, "only load the correct
+    /// entry to cache"). No hardware knows a 4 KiB page's way before probing; off by default.
+    pub correct_way_only: bool,
     /// A perfect CWC: every walk knows the current headers at no cost, and no CWT line is ever
     /// fetched (Virtuoso's ECH, which Utopia's "optimistic" ECH comes from; reference/peers.md).
     pub perfect_cwc: bool,
@@ -77,6 +81,7 @@ impl EcptConfig {
             cwc_way: true,
             wait_for_cwt: false,
             perfect_cwc: false,
+            correct_way_only: false,
             cwt_ways: 2,
             pmd_cwt_entries: 4096,
             pud_cwt_entries: 2048,

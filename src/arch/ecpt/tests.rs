@@ -432,7 +432,7 @@ fn walk_plans_use_the_walk_caches() {
 }
 
 #[test]
-fn walk_options_wait_for_cwt_way_and_perfect_cwc() {
+fn walk_options_wait_for_cwt_way_oracle_and_perfect_cwc() {
     let (mut ph, mut cost) = (phys(), OsCost::default());
     let mut env = TdbEnv { phys: &mut ph, cost: &mut cost };
     let (a, b) = (0x4020_3000u64, 0x1_8060_0000u64);
@@ -455,6 +455,17 @@ fn walk_options_wait_for_cwt_way_and_perfect_cwc() {
     walk(&mut r, &mut s, &mut wc, 7, b);
     let (_, p) = walk(&mut r, &mut s, &mut wc, 7, b);
     assert_eq!(shape(&p), [(3, 1), (0, 0)]);
+    // The correct-way oracle (EMT's simulator's variant): one reference per walk that hits, even
+    // cold; every way when it faults.
+    let (mut r, mut s, mut wc) = setup(&EcptConfig { correct_way_only: true, ..EcptConfig::emt() }, &mut env);
+    let (t, p) = walk(&mut r, &mut s, &mut wc, 7, a);
+    assert_eq!(t.map(|t| t.pbase), Some(0x9000));
+    assert_eq!(shape(&p), [(1 + 4, 1), (0, 0)], "the holder and the background CWT lines");
+    let (_, p) = walk(&mut r, &mut s, &mut wc, 7, a);
+    assert_eq!(shape(&p), [(1, 1), (0, 0)]);
+    let (t, p) = walk(&mut r, &mut s, &mut wc, 7, a + 0x1000);
+    assert!(t.is_none());
+    assert_eq!(shape(&p), [(6, 6), (0, 0)]);
     // Utopia's ECH (perfect CWC): no CWT reference ever, the 4 ways of the 4 KiB table even on
     // the first walk (Utopia §3: "ECH looks up 4 hash tables in parallel"), one probe for the
     // 2 MiB page.

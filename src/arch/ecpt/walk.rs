@@ -87,11 +87,20 @@ impl Driver for Ecpt {
         }
         // Step 1 of the probes: what the headers allow, or everything.
         let first = match self.narrow(h2, h1) {
-            Some(m) => [m[0] & exist[0], m[1] & exist[1], m[2] & exist[2]],
-            None => exist,
+            Some(m) if !self.cfg.correct_way_only => [m[0] & exist[0], m[1] & exist[1], m[2] & exist[2]],
+            _ => exist,
         };
         let start = plan.refs.len();
         let mut found = Self::probe(s, va, &first, step, plan);
+        if self.cfg.correct_way_only {
+            // The oracle: of a walk that finds its translation, only the probe holding it.
+            if let Some((k, _, _)) = found.as_mut() {
+                let r = plan.refs[*k];
+                plan.refs.truncate(start);
+                plan.refs.push(r);
+                *k = start;
+            }
+        }
         let end = plan.refs.len();
         let before = plan.refs.len();
         for (k, l, key) in [(0, Lvl::Pmd, sec), (1, Lvl::Pud, gb)] {
