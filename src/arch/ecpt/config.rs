@@ -38,8 +38,9 @@ pub struct EcptConfig {
     /// the CWC from the CWT in the background.
     pub wait_for_cwt: bool,
     /// An oracle for what-if studies: a walk that finds its translation issues only the probe
-    /// that holds it (EMT's simulator's `ecpt_cache_correct_only` variant, "only load the correct
-    /// entry to cache"). No hardware knows a 4 KiB page's way before probing; off by default.
+    /// that holds it (EMT's simulator's `ecpt_cache_correct_only` variant: only the entry that
+    /// holds the translation goes to the caches). No hardware knows a 4 KiB page's way before
+    /// probing; off by default.
     pub correct_way_only: bool,
     /// A perfect CWC: every walk knows the current headers at no cost, and no CWT line is ever
     /// fetched (Virtuoso's ECH, which Utopia's "optimistic" ECH comes from; reference/peers.md).
@@ -93,10 +94,10 @@ impl EcptConfig {
 
     /// Utopia's ECH (MICRO'23 Table 1): 8192 entries/way, 4 ways, scaling 10, occupancy 0.6,
     /// CityHash 2 cycles, 2 × 16-entry CWCs of 2 cycles (associativity not given: fully
-    /// associative, as EMT's 16-entry PMD-CWC). Resizing and CWTs as EMT's. §7's "optimistic"
-    /// ECH ran on the simulator Virtuoso grew from, whose ECH assumes a perfect CWC: the page
-    /// size is known for free and no CWT line is fetched (`perfect_cwc`; the CWC geometry then
-    /// only sets the fixed lookup latency).
+    /// associative, as EMT's 16-entry PMD-CWC). Resizing and CWTs as EMT's. §7 calls the ECH
+    /// "optimistic" without saying how its CWCs were modelled; Virtuoso (same group, carries
+    /// Utopia's MMU) gives ECH a perfect CWC: the page size is known for free and no CWT line is
+    /// fetched (`perfect_cwc`; the CWC geometry then only sets the fixed lookup latency).
     pub fn ech_utopia() -> EcptConfig {
         EcptConfig {
             ways: 4,

@@ -21,7 +21,7 @@
 //!   the background and fills the CWC). Only the probe that holds the translation is on the
 //!   critical path (`needed`); the others still travel the caches. If the probes miss (a cached
 //!   line is stale, or the page is not mapped), a second step probes the ways not yet probed and
-//!   the stale lines are fetched again (QEMU's walker: "CWC fails to cover all ways").
+//!   the stale lines are fetched again (as EMT's QEMU walker does).
 //!
 //! Walk-cache coherence: the OS rewrites headers whenever what they say changes, including the
 //! way of a 2 MiB / 1 GiB cluster moved by a kick or a migration (OS work, counted), but issues
@@ -313,7 +313,7 @@ impl Registered for Ecpt {
         Design {
             name: "ech",
             description:
-                "Utopia's ECH: 4 ways x 8192, scale 10, 2x16-entry CWCs of 2 cycles; 4 KiB pages (Utopia ran it with THP: --set os.thp=always)",
+                "Utopia's ECH: 4 ways x 8192, scale 10, perfect 2-cycle CWCs (optimistic, as Virtuoso's); 4 KiB pages (Utopia ran it with THP: --set os.thp=always)",
             driver: "ecpt",
             arch: |a| a.ecpt = EcptConfig::ech_utopia(),
             settings: &["os.thp=never"],
@@ -321,7 +321,7 @@ impl Registered for Ecpt {
         },
         Design {
             name: "ecph-virtuoso",
-            description: "Virtuoso's ECH preset: 2 ways x 262144, rehash at 0.7 x2, 64-entry CWC; 4 KiB pages",
+            description: "Virtuoso's ECH preset: 2 ways x 262144, rehash at 0.7 x2, perfect CWC; 4 KiB pages",
             driver: "ecpt",
             arch: |a| a.ecpt = EcptConfig::virtuoso(),
             settings: &["os.thp=never"],
