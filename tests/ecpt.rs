@@ -40,13 +40,16 @@ fn resizes_and_kicks_under_checked_mode() {
     assert!(driver_u64(&r, "entries_moved") > 0);
     // 2 MiB clusters: THP on, two entries per way filled up to the brim before resizing, so
     // 2 MiB clusters are kicked between ways and the PMD-CWT headers naming their way change
-    // under the CWCs (the driver reports them; the OS invalidates them on every core).
+    // under the CWCs, as do the headers of sections that gain their first page. The OS rewrites
+    // the headers but invalidates no CWC (EMT's kernel has no such flush); a walk that a stale
+    // line sends to the wrong ways finds nothing there and probes the other ways.
     let r = run(
         "ecpt-thp",
         &[
             "workload.name=\"gups\"",
             "workload.params.table=256M",
             "workload.params.updates=60000",
+            "workload.params.populate=false",
             "sim.checked=true",
             "arch.ecpt.entries_per_way=2",
             "arch.ecpt.resize_threshold=1.0",
@@ -56,7 +59,8 @@ fn resizes_and_kicks_under_checked_mode() {
     assert_eq!(r.core.checked, r.core.accesses);
     assert!(r.os.faults_thp >= 128);
     assert!(driver_u64(&r, "kicks_2m") > 0 && driver_u64(&r, "resizes_2m") > 0, "{:?}", r.driver);
-    assert!(driver_u64(&r, "walk_cache_invalidations") > 0 && r.os.walk_cache_shootdowns > 0);
+    assert!(driver_u64(&r, "stale_cwc_fallbacks") > 0, "{:?}", r.driver);
+    assert_eq!(r.os.walk_cache_shootdowns, 0);
 }
 
 /// EMT §8.5 / Utopia §3: ECPT walks are shorter (parallel probes) but issue more references.

@@ -67,21 +67,35 @@ impl WalkCache {
     /// Payload cached for `key` of `asid`.
     #[inline]
     pub fn lookup(&mut self, asid: u16, key: u64) -> Option<u64> {
-        let set = (key & self.mask) as usize;
-        self.arr.lookup(set, tag(asid, key)).map(|w| self.data[self.arr.slot(set, w)])
+        self.lookup_slot(asid, key).map(|i| self.data[i])
     }
 
     /// Caches `val` for `key` (replacing the payload if present).
     #[inline]
     pub fn insert(&mut self, asid: u16, key: u64, val: u64) {
+        let slot = self.insert_slot(asid, key);
+        self.data[slot] = val;
+    }
+
+    /// Like [`WalkCache::lookup`], but returns the entry's slot (`0..entries`), for a driver that
+    /// keeps a payload wider than 64 bits in an array of its own indexed by slot.
+    #[inline]
+    pub fn lookup_slot(&mut self, asid: u16, key: u64) -> Option<usize> {
+        let set = (key & self.mask) as usize;
+        self.arr.lookup(set, tag(asid, key)).map(|w| self.arr.slot(set, w))
+    }
+
+    /// Makes `key` present (evicting the set's victim if needed) and returns its slot; the slot's
+    /// old contents belong to whatever was evicted, so the caller overwrites its own payload.
+    #[inline]
+    pub fn insert_slot(&mut self, asid: u16, key: u64) -> usize {
         let set = (key & self.mask) as usize;
         let tg = tag(asid, key);
         let way = match self.arr.lookup(set, tg) {
             Some(w) => w,
             None => self.arr.insert(set, tg).0,
         };
-        let slot = self.arr.slot(set, way);
-        self.data[slot] = val;
+        self.arr.slot(set, way)
     }
 
     /// Drops entries of `asid` whose key lies in `[lo, hi]`.

@@ -331,7 +331,7 @@ impl<D: Driver> Os<D> {
         let prev = self.cost.enter(func);
         let p = &mut self.procs[asid as usize];
         let r = f(&mut self.driver, &mut p.space, &mut TdbEnv { phys: &mut self.phys, cost: &mut self.cost });
-        // Ranges the driver reports stale: walk caches only (ECPT's moved clusters), or TLBs too
+        // Ranges the driver reports stale: walk caches only (no driver today), or TLBs too
         // (arm64's break-before-make).
         for tlb in [false, true] {
             if tlb {

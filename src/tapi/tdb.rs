@@ -114,9 +114,10 @@ pub trait Tdb {
     /// Walk-cache contents made stale by the calls since the last call, as `[start, end)` VA
     /// ranges of the space those calls changed (customizable; default none). Removals need not
     /// be reported (the OS shoots the removed range down anyway); changes made while *adding* a
-    /// translation must be, e.g. ECPT moving a 2 MiB cluster to another way, which changes a
-    /// walk-table header that cuckoo walk caches may hold. The OS invalidates each range in every
-    /// core's walk caches (not the TLBs: translations did not change) and counts a shootdown.
+    /// translation must be, e.g. a table entry that a walk cache may hold moving in memory. The
+    /// OS invalidates each range in every core's walk caches (not the TLBs: translations did not
+    /// change) and counts a shootdown. (ECPT does not use it: its walker catches stale CWC lines
+    /// itself, as EMT's does.)
     fn take_stale_walk_caches(&mut self, _out: &mut Vec<(u64, u64)>) {}
 
     /// Translations the driver's own rewrites made stale since the last call, as `[start, end)`

@@ -28,6 +28,23 @@ pub struct EcptConfig {
     pub hash_latency: u32,
     /// Use cuckoo walk tables and caches (false: every walk probes every way of every table).
     pub cwt: bool,
+    /// Use the 2-bit way field of a CWT header: a walk to a 2 MiB / 1 GiB page whose header is
+    /// known probes that one way (EMT's kernel, QEMU walker and simulator; Virtuoso's CWC filter).
+    /// False: headers give only the page size, and every way of that size is probed. 4 KiB pages
+    /// have no way in any header (a section holds many 4 KiB clusters, each in its own way).
+    pub cwc_way: bool,
+    /// On a CWC miss, wait for the CWT line before probing (one more serial step). False (EMT's
+    /// simulator and QEMU walker, Virtuoso): probe every way of every table at once and refill
+    /// the CWC from the CWT in the background.
+    pub wait_for_cwt: bool,
+    /// An oracle for what-if studies: a walk that finds its translation issues only the probe
+    /// that holds it (EMT's simulator's `ecpt_cache_correct_only` variant: only the entry that
+    /// holds the translation goes to the caches). No hardware knows a 4 KiB page's way before
+    /// probing; off by default.
+    pub correct_way_only: bool,
+    /// A perfect CWC: every walk knows the current headers at no cost, and no CWT line is ever
+    /// fetched (Virtuoso's ECH, which Utopia's "optimistic" ECH comes from; reference/peers.md).
+    pub perfect_cwc: bool,
     /// Ways of each CWT (EMT: 2).
     pub cwt_ways: u32,
     /// Initial lines per way of the PMD-CWT (EMT: 4096).
@@ -62,6 +79,10 @@ impl EcptConfig {
             max_kicks: 128,
             hash_latency: 2,
             cwt: true,
+            cwc_way: true,
+            wait_for_cwt: false,
+            perfect_cwc: false,
+            correct_way_only: false,
             cwt_ways: 2,
             pmd_cwt_entries: 4096,
             pud_cwt_entries: 2048,
@@ -73,7 +94,10 @@ impl EcptConfig {
 
     /// Utopia's ECH (MICRO'23 Table 1): 8192 entries/way, 4 ways, scaling 10, occupancy 0.6,
     /// CityHash 2 cycles, 2 × 16-entry CWCs of 2 cycles (associativity not given: fully
-    /// associative, as EMT's 16-entry PMD-CWC). Resizing and CWTs as EMT's.
+    /// associative, as EMT's 16-entry PMD-CWC). Resizing and CWTs as EMT's. §7 calls the ECH
+    /// "optimistic" without saying how its CWCs were modelled; Virtuoso (same group, carries
+    /// Utopia's MMU) gives ECH a perfect CWC: the page size is known for free and no CWT line is
+    /// fetched (`perfect_cwc`; the CWC geometry then only sets the fixed lookup latency).
     pub fn ech_utopia() -> EcptConfig {
         EcptConfig {
             ways: 4,
@@ -81,6 +105,7 @@ impl EcptConfig {
             resize_threshold: 0.6,
             resize_scale: 10,
             hash_latency: 2,
+            perfect_cwc: true,
             pmd_cwc: WalkCacheConfig::new(16, 16, 2),
             pud_cwc: WalkCacheConfig::new(16, 16, 2),
             ..EcptConfig::emt()
@@ -90,12 +115,15 @@ impl EcptConfig {
     /// Virtuoso's ECH preset (Sniper + MimicOS): 2 ways, 262144 entries per way, rehash at 0.7,
     /// × 2, CityHash (latency not given: 2 cycles as EMT/Utopia), a 64-entry CWC (one level there;
     /// here the PMD-CWC, 16-way, 1 cycle like Virtuoso's PWCs; the PUD-CWC keeps EMT's 2 entries).
+    /// Its page-table walk keeps only the probes of the page size that holds the translation and
+    /// fetches CWT rows for free (`pagetable_cuckoo.cc`, `cuckoo_filter.cc`): `perfect_cwc`.
     pub fn virtuoso() -> EcptConfig {
         EcptConfig {
             ways: 2,
             entries_per_way: 262_144,
             resize_threshold: 0.7,
             resize_scale: 2,
+            perfect_cwc: true,
             pmd_cwc: WalkCacheConfig::new(64, 16, 1),
             ..EcptConfig::emt()
         }
@@ -136,6 +164,9 @@ impl EcptConfig {
             if !(1..=1 << 30).contains(&v) {
                 return Err(Error::config(format!("{key}.{k}"), "must be between 1 and 2^30"));
             }
+        }
+        if self.perfect_cwc && !self.cwt {
+            return Err(Error::config(format!("{key}.perfect_cwc"), "needs cwt = true (a perfect CWC caches CWT headers)"));
         }
         self.pmd_cwc.validate(&format!("{key}.pmd_cwc"))?;
         self.pud_cwc.validate(&format!("{key}.pud_cwc"))

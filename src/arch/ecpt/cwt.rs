@@ -21,17 +21,9 @@ impl Ecpt {
     }
 
     /// Brings section `key`'s stored header up to date. `counted_lookup`: the OS has not looked
-    /// the line up yet (count the lookup); `stale`: a changed non-zero header may sit in CWCs
-    /// and no shootdown will follow (report the section's range).
-    pub(super) fn sync_header(
-        &mut self,
-        s: &mut EcptSpace,
-        l: Lvl,
-        key: u64,
-        counted_lookup: bool,
-        stale: bool,
-        env: &mut TdbEnv,
-    ) -> Result<()> {
+    /// the line up yet (count the lookup). No CWC is invalidated: a walk that a stale cached
+    /// copy sends to the wrong ways probes the others next (see `walk.rs`).
+    pub(super) fn sync_header(&mut self, s: &mut EcptSpace, l: Lvl, key: u64, counted_lookup: bool, env: &mut TdbEnv) -> Result<()> {
         let want = s.want_header(l, key);
         let c = match l {
             Lvl::Pmd => s.pmd_cwt.as_mut(),
@@ -64,10 +56,6 @@ impl Ecpt {
                 c.insert(tag, d, 1, env)?;
             }
         }
-        if stale && have != 0 {
-            self.c.invalidations += 1;
-            self.stale.push((key << l.shift(), (key + 1) << l.shift()));
-        }
         Ok(())
     }
 
@@ -94,7 +82,7 @@ impl Ecpt {
             keys.sort_unstable();
             keys.dedup();
             for k in keys {
-                self.sync_header(s, l, k, true, true, env)?;
+                self.sync_header(s, l, k, true, env)?;
             }
         }
         Ok(())
@@ -124,11 +112,12 @@ impl Ecpt {
         self.summary.insert(s.asid, sum);
     }
 
-    /// Pushes the probes of walk table `l` for section `key` at `step`; returns the header found
-    /// (0 if no line). `wait`: the walk needs the answer (mark the ref holding the line needed,
-    /// or all of them if none does).
-    pub(super) fn push_cwt(s: &EcptSpace, l: Lvl, key: u64, step: u8, wait: bool, plan: &mut WalkPlan) -> u8 {
-        let Some(c) = s.cwt(l) else { return 0 };
+    /// Pushes the probes of walk table `l` for the line holding section `key`'s header at
+    /// `step`; returns the line found (`None`: no line, nothing is mapped in its range). `wait`:
+    /// the walk needs the answer (mark the ref holding the line needed, or all of them if none
+    /// does); otherwise the fetch is a background CWC refill.
+    pub(super) fn push_cwt(s: &EcptSpace, l: Lvl, key: u64, step: u8, wait: bool, plan: &mut WalkPlan) -> Option<HeaderLine> {
+        let c = s.cwt(l)?;
         let tag = key >> 6;
         let start = plan.refs.len();
         let mut found = None;
@@ -137,7 +126,7 @@ impl Ecpt {
                 let slot = a.slot(tag);
                 let id = a.slots[slot];
                 if id != EMPTY && c.line(id).tag == tag {
-                    found = Some((plan.refs.len(), c.line(id).data[(key & 63) as usize]));
+                    found = Some((plan.refs.len(), c.line(id).data));
                 }
                 plan.push(a.paddr(slot), step, false);
             }
@@ -148,6 +137,6 @@ impl Ecpt {
                 None => plan.refs[start..].iter_mut().for_each(|r| r.needed = true),
             }
         }
-        found.map_or(0, |(_, h)| h)
+        found.map(|(_, d)| d)
     }
 }

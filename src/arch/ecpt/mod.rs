@@ -12,19 +12,22 @@
 //!   the section's own size (a 2 MiB page in a PMD section, a 1 GiB page in a PUD section), the
 //!   way holding it. 64 headers make one 64-byte line; lines live in small cuckoo tables of their
 //!   own (EMT: PMD-CWT 2 ways × 4096 lines, PUD-CWT 2 ways × 2048).
-//! - **Cuckoo walk caches (CWCs)**, per core: PMD-CWC and PUD-CWC, caching headers.
-//! - **Walk** (EMT's latency model): fixed cycles = max(hash latency, CWC latency); the CWCs are
-//!   looked up; if they cannot narrow the search, the missing CWT lines are fetched through the
-//!   caches (one serial step); then one step of parallel probes of the (size, way) pairs the
-//!   headers leave possible. Only the probe that holds the translation is on the critical path
-//!   (`needed`); the others still travel the caches.
+//! - **Cuckoo walk caches (CWCs)**, per core: PMD-CWC and PUD-CWC, each entry a copy of one
+//!   64-byte CWT line (64 headers), as EMT's QEMU walker and simulator and Virtuoso cache them.
+//! - **Walk** (EMT's latency model): fixed cycles = hash latency + CWC latency; the CWCs are
+//!   looked up, and one step of parallel probes goes to the (size, way) pairs the cached headers
+//!   leave possible: every way of the 4 KiB table, the one way a header names for a 2 MiB or
+//!   1 GiB page, every way of every table when a CWC misses (the missing CWT line is fetched in
+//!   the background and fills the CWC). Only the probe that holds the translation is on the
+//!   critical path (`needed`); the others still travel the caches. If the probes miss (a cached
+//!   line is stale, or the page is not mapped), a second step probes the ways not yet probed and
+//!   the stale lines are fetched again (as EMT's QEMU walker does).
 //!
-//! Walk-cache coherence: removing a translation is always followed by the OS's shootdown of its
-//! range, which drops the CWC entries covering it. Two insert-side changes are not: a 1 GiB
-//! section's header gaining a size, and a 2 MiB / 1 GiB cluster changing way (cuckoo kicks and
-//! migration). The driver reports those ranges through
-//! [`Driver::take_stale_walk_caches`], and the OS invalidates them on every core. Headers that
-//! say "nothing here" are never cached, so a first mapping needs no invalidation.
+//! Walk-cache coherence: the OS rewrites headers whenever what they say changes, including the
+//! way of a 2 MiB / 1 GiB cluster moved by a kick or a migration (OS work, counted), but issues
+//! no CWC invalidation for it (EMT's kernel has none): a stale cached line can only send a walk
+//! to the wrong ways, and the second step catches that. Removals are followed by the OS's
+//! shootdown of their range, which drops the CWC lines covering it.
 //!
 //! Parameters and their sources are in [`EcptConfig`]; the design and its simplifications are in
 //! `docs/ecpt.md`.
@@ -186,10 +189,42 @@ fn find_in(s: &EcptSpace, va: u64, cost: &mut OsCost) -> Option<TObj> {
     None
 }
 
-/// Per-core cuckoo walk caches: payload = the cached header byte.
+/// Per-core cuckoo walk caches. An entry is a copy of one CWT line, taken when it was fetched
+/// (it may have gone stale since); the line of the entry in slot `i` is `lines[i]`.
 pub struct EcptCwc {
     pmd: WalkCache,
     pud: WalkCache,
+    pmd_lines: Vec<HeaderLine>,
+    pud_lines: Vec<HeaderLine>,
+}
+
+impl EcptCwc {
+    fn level(&mut self, l: Lvl) -> (&mut WalkCache, &mut Vec<HeaderLine>) {
+        match l {
+            Lvl::Pmd => (&mut self.pmd, &mut self.pmd_lines),
+            Lvl::Pud => (&mut self.pud, &mut self.pud_lines),
+        }
+    }
+
+    /// The cached header of section `key` at level `l` (`None`: the line is not cached).
+    #[inline]
+    fn header(&mut self, l: Lvl, asid: u16, key: u64) -> Option<u8> {
+        let (c, lines) = self.level(l);
+        c.lookup_slot(asid, key >> 6).map(|i| lines[i][(key & 63) as usize])
+    }
+
+    /// Caches (or refreshes) the line holding section `key`'s header; `None` (no such line in
+    /// the CWT: nothing mapped in its range) drops a cached copy.
+    fn fill(&mut self, l: Lvl, asid: u16, key: u64, line: Option<HeaderLine>) {
+        let (c, lines) = self.level(l);
+        match line {
+            Some(d) => {
+                let i = c.insert_slot(asid, key >> 6);
+                lines[i] = d;
+            }
+            None => c.invalidate(asid, key >> 6, key >> 6),
+        }
+    }
 }
 
 /// Driver-wide event counters (walks and table maintenance).
@@ -204,6 +239,8 @@ struct Counters {
     pmd_misses: u64,
     pud_hits: u64,
     pud_misses: u64,
+    fallbacks: u64,
+    stale_fallbacks: u64,
     kicks: [u64; 3],
     resizes: [u64; 3],
     moved: [u64; 3],
@@ -211,7 +248,6 @@ struct Counters {
     cwt_kicks: u64,
     cwt_resizes: u64,
     noncontiguous: u64,
-    invalidations: u64,
 }
 
 /// Occupancy snapshot of one space (refreshed after every change), for the report.
@@ -230,7 +266,6 @@ pub struct Ecpt {
     seed: u64,
     fixed_cycles: u32,
     c: Counters,
-    stale: Vec<(u64, u64)>,
     summary: BTreeMap<u16, Summary>,
 }
 
@@ -239,16 +274,11 @@ impl Ecpt {
     pub fn new(cfg: &EcptConfig, seed: u64) -> Ecpt {
         let mut sizes = cfg.sizes.clone();
         sizes.sort();
+        // EMT's walk latency (dynamorio `ecpt_page_walk_latency.py`, its "parallel CWC" variant):
+        // the way's latency + hash + max(PUD-CWC, PMD-CWC); the two CWCs are looked up in
+        // parallel, the hash is not overlapped with them.
         let cwc = if cfg.cwt { cfg.pmd_cwc.latency.max(cfg.pud_cwc.latency) } else { 0 };
-        Ecpt {
-            cfg: cfg.clone(),
-            sizes,
-            seed,
-            fixed_cycles: cfg.hash_latency.max(cwc),
-            c: Counters::default(),
-            stale: Vec::new(),
-            summary: BTreeMap::new(),
-        }
+        Ecpt { cfg: cfg.clone(), sizes, seed, fixed_cycles: cfg.hash_latency + cwc, c: Counters::default(), summary: BTreeMap::new() }
     }
 
     /// The configuration.
@@ -283,7 +313,7 @@ impl Registered for Ecpt {
         Design {
             name: "ech",
             description:
-                "Utopia's ECH: 4 ways x 8192, scale 10, 2x16-entry CWCs of 2 cycles; 4 KiB pages (Utopia ran it with THP: --set os.thp=always)",
+                "Utopia's ECH: 4 ways x 8192, scale 10, perfect 2-cycle CWCs (optimistic, as Virtuoso's); 4 KiB pages (Utopia ran it with THP: --set os.thp=always)",
             driver: "ecpt",
             arch: |a| a.ecpt = EcptConfig::ech_utopia(),
             settings: &["os.thp=never"],
@@ -291,7 +321,7 @@ impl Registered for Ecpt {
         },
         Design {
             name: "ecph-virtuoso",
-            description: "Virtuoso's ECH preset: 2 ways x 262144, rehash at 0.7 x2, 64-entry CWC; 4 KiB pages",
+            description: "Virtuoso's ECH preset: 2 ways x 262144, rehash at 0.7 x2, perfect CWC; 4 KiB pages",
             driver: "ecpt",
             arch: |a| a.ecpt = EcptConfig::virtuoso(),
             settings: &["os.thp=never"],

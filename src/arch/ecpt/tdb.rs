@@ -13,10 +13,6 @@ pub(super) fn cluster_entry(s: &EcptSpace, i: usize, vpn: u64, cost: &mut OsCost
 }
 
 impl Tdb for Ecpt {
-    fn take_stale_walk_caches(&mut self, out: &mut Vec<(u64, u64)>) {
-        out.append(&mut self.stale);
-    }
-
     type Space = EcptSpace;
 
     fn create_space(&mut self, asid: u16, _env: &mut TdbEnv) -> Result<EcptSpace> {
@@ -107,9 +103,9 @@ impl Tdb for Ecpt {
                 _ => s.pud.entry(gb).or_default().g1 = true,
             }
             if o.size != PageSize::G1 {
-                self.sync_header(s, Lvl::Pmd, sec, false, true, env)?;
+                self.sync_header(s, Lvl::Pmd, sec, false, env)?;
             }
-            self.sync_header(s, Lvl::Pud, gb, false, true, env)?;
+            self.sync_header(s, Lvl::Pud, gb, false, env)?;
         }
         self.sync_moved(s, env)?;
         for c in [s.pmd_cwt.as_mut(), s.pud_cwt.as_mut()].into_iter().flatten() {
@@ -162,10 +158,10 @@ impl Tdb for Ecpt {
         // of the removed range drops any CWC entry holding the old header.
         let r = (|| {
             if size != PageSize::G1 && s.want_header(Lvl::Pmd, sec) != s.stored_header(Lvl::Pmd, sec) {
-                self.sync_header(s, Lvl::Pmd, sec, true, false, env)?;
+                self.sync_header(s, Lvl::Pmd, sec, true, env)?;
             }
             if s.want_header(Lvl::Pud, gb) != s.stored_header(Lvl::Pud, gb) {
-                self.sync_header(s, Lvl::Pud, gb, true, false, env)?;
+                self.sync_header(s, Lvl::Pud, gb, true, env)?;
             }
             Ok::<(), Error>(())
         })();

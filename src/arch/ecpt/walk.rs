@@ -11,7 +11,12 @@ impl Driver for Ecpt {
     }
 
     fn new_walk_cache(&self) -> EcptCwc {
-        EcptCwc { pmd: WalkCache::new(&self.cfg.pmd_cwc), pud: WalkCache::new(&self.cfg.pud_cwc) }
+        EcptCwc {
+            pmd: WalkCache::new(&self.cfg.pmd_cwc),
+            pud: WalkCache::new(&self.cfg.pud_cwc),
+            pmd_lines: vec![[0; 64]; self.cfg.pmd_cwc.entries as usize],
+            pud_lines: vec![[0; 64]; self.cfg.pud_cwc.entries as usize],
+        }
     }
 
     #[inline]
@@ -19,116 +24,119 @@ impl Driver for Ecpt {
         plan.fixed_cycles += self.fixed_cycles;
         self.c.walks += 1;
         let all = (1u8 << self.cfg.ways) - 1;
-        let mut masks = [0u8; 3];
-        let mut step = 0u8;
+        // Ways (bit masks) of the tables that exist, per size slot.
+        let mut exist = [0u8; 3];
         for (i, t) in s.tables.iter().enumerate() {
             if let Some(t) = t {
                 plan.unfiltered += t.arrays();
-                masks[i] = all;
+                exist[i] = all;
             }
         }
+        let (sec, gb) = (va >> 21, va >> 30);
+        let mut step = 0u8;
+        // What the walk knows before probing: the PMD and PUD headers (None: unknown).
+        let (mut h2, mut h1) = (None, None);
+        // Levels whose header came from a cached line, which may be stale.
+        let mut cached = [false; 2];
+        // Levels whose line to fetch in the background, with the table probes.
+        let mut refill = [false; 2];
+        let mut cwt_refs = 0;
         if self.cfg.cwt {
-            let (sec, gb) = (va >> 21, va >> 30);
-            let mut h2 = wc.pmd.lookup(asid, sec).map(|v| v as u8);
-            let mut h1 = wc.pud.lookup(asid, gb).map(|v| v as u8);
-            for (hit, (hits, misses)) in [
-                (h2.is_some(), (&mut self.c.pmd_hits, &mut self.c.pmd_misses)),
-                (h1.is_some(), (&mut self.c.pud_hits, &mut self.c.pud_misses)),
-            ] {
-                if hit {
-                    *hits += 1;
-                    plan.wc_hits += 1;
-                } else {
-                    *misses += 1;
-                    plan.wc_misses += 1;
-                }
-            }
-            if plan.checked
-                && (h2.is_some_and(|h| h != s.stored_header(Lvl::Pmd, sec)) || h1.is_some_and(|h| h != s.stored_header(Lvl::Pud, gb)))
-            {
-                plan.violation = Some("stale cuckoo walk cache entry (a CWT header changed without invalidation)");
-            }
-            // A PUD header alone suffices when it names a 1 GiB page or a single smaller size.
-            let pud_enough = |h: u8| h & H_1G != 0 || (h & H_4K != 0) != (h & H_2M != 0);
-            if h2.is_none() && !h1.is_some_and(pud_enough) {
-                let before = plan.refs.len();
-                if h2.is_none() {
-                    let h = Self::push_cwt(s, Lvl::Pmd, sec, step, true, plan);
-                    if h != 0 {
-                        wc.pmd.insert(asid, sec, h as u64);
+            if self.cfg.perfect_cwc {
+                h2 = Some(s.stored_header(Lvl::Pmd, sec));
+                h1 = Some(s.stored_header(Lvl::Pud, gb));
+                (self.c.pmd_hits, self.c.pud_hits) = (self.c.pmd_hits + 1, self.c.pud_hits + 1);
+                plan.wc_hits += 2;
+            } else {
+                h2 = wc.header(Lvl::Pmd, asid, sec);
+                h1 = wc.header(Lvl::Pud, asid, gb);
+                cached = [h2.is_some(), h1.is_some()];
+                for (hit, (hits, misses)) in [
+                    (h2.is_some(), (&mut self.c.pmd_hits, &mut self.c.pmd_misses)),
+                    (h1.is_some(), (&mut self.c.pud_hits, &mut self.c.pud_misses)),
+                ] {
+                    if hit {
+                        *hits += 1;
+                        plan.wc_hits += 1;
+                    } else {
+                        *misses += 1;
+                        plan.wc_misses += 1;
                     }
-                    h2 = Some(h);
                 }
-                if h1.is_none() {
-                    // Needed only when a 1 GiB table exists and the PMD header may be empty.
-                    let h = Self::push_cwt(s, Lvl::Pud, gb, step, s.tables[2].is_some() && h2 == Some(0), plan);
-                    if h != 0 {
-                        wc.pud.insert(asid, gb, h as u64);
+                // A PUD header alone suffices when it names a 1 GiB page or 4 KiB pages only.
+                let pud_enough = |h: u8| h & H_1G != 0 || h & (H_4K | H_2M) == H_4K;
+                if self.cfg.wait_for_cwt && h2.is_none() && !h1.is_some_and(pud_enough) {
+                    // Fetch the missing lines first and wait for the PMD one (the PUD one only
+                    // when a 1 GiB table exists and the PMD header may be empty).
+                    let before = plan.refs.len();
+                    let line = Self::push_cwt(s, Lvl::Pmd, sec, step, true, plan);
+                    wc.fill(Lvl::Pmd, asid, sec, line);
+                    h2 = Some(line.map_or(0, |d| d[(sec & 63) as usize]));
+                    if h1.is_none() {
+                        let wait = s.tables[2].is_some() && h2 == Some(0);
+                        let line = Self::push_cwt(s, Lvl::Pud, gb, step, wait, plan);
+                        wc.fill(Lvl::Pud, asid, gb, line);
+                        h1 = Some(line.map_or(0, |d| d[(gb & 63) as usize]));
                     }
-                    h1 = Some(h);
-                }
-                if plan.refs.len() > before {
-                    self.c.cwt_fetches += 1;
-                    self.c.cwt_refs += (plan.refs.len() - before) as u64;
+                    cwt_refs += plan.refs.len() - before;
                     step += 1;
+                } else {
+                    refill = [h2.is_none(), h1.is_none()];
                 }
-            }
-            let mut m = [0u8; 3];
-            match (h2, h1) {
-                (Some(h), _) if h != 0 => {
-                    if h & H_4K != 0 {
-                        m[0] = all;
-                    }
-                    if h & H_2M != 0 {
-                        m[1] = 1 << header_way(h);
-                    }
-                }
-                (_, Some(h)) if h & H_1G != 0 => m[2] = 1 << header_way(h),
-                (None, Some(h)) => {
-                    if h & H_4K != 0 {
-                        m[0] = all;
-                    }
-                    if h & H_2M != 0 {
-                        m[1] = all;
-                    }
-                }
-                _ => {}
-            }
-            for i in 0..3 {
-                masks[i] &= m[i];
             }
         }
-        // One step of parallel probes.
+        // Step 1 of the probes: what the headers allow, or everything.
+        let first = match self.narrow(h2, h1) {
+            Some(m) if !self.cfg.correct_way_only => [m[0] & exist[0], m[1] & exist[1], m[2] & exist[2]],
+            _ => exist,
+        };
         let start = plan.refs.len();
-        let mut found = None;
-        for (i, t) in s.tables.iter().enumerate() {
-            let Some(t) = t else { continue };
-            if masks[i] == 0 {
-                continue;
-            }
-            let size = SIZES[i];
-            let vpn = va >> size.shift();
-            let (tag, j) = (vpn >> 3, (vpn & 7) as usize);
-            for (w, way) in t.ways().iter().enumerate() {
-                if masks[i] & (1 << w) == 0 {
-                    continue;
-                }
-                for (a, _) in way.arrays() {
-                    let slot = a.slot(tag);
-                    let id = a.slots[slot];
-                    if id != EMPTY {
-                        let l = t.line(id);
-                        if l.tag == tag && l.data[j] & PRESENT != 0 {
-                            let t = Translation { pbase: l.data[j] & ADDR_MASK & !size.offset_mask(), size };
-                            found = Some((plan.refs.len(), t, (i, id, j)));
-                        }
-                    }
-                    plan.push(a.paddr(slot), step, false);
-                }
+        let mut found = Self::probe(s, va, &first, step, plan);
+        if self.cfg.correct_way_only {
+            // The oracle: of a walk that finds its translation, only the probe holding it.
+            if let Some((k, _, _)) = found.as_mut() {
+                let r = plan.refs[*k];
+                plan.refs.truncate(start);
+                plan.refs.push(r);
+                *k = start;
             }
         }
-        let n = (plan.refs.len() - start) as u64;
-        self.c.probes += n;
+        let end = plan.refs.len();
+        let before = plan.refs.len();
+        for (k, l, key) in [(0, Lvl::Pmd, sec), (1, Lvl::Pud, gb)] {
+            if refill[k] {
+                let line = Self::push_cwt(s, l, key, step, false, plan);
+                wc.fill(l, asid, key, line);
+            }
+        }
+        cwt_refs += plan.refs.len() - before;
+        let rest = [exist[0] & !first[0], exist[1] & !first[1], exist[2] & !first[2]];
+        let mut fallback = None;
+        if found.is_none() && rest != [0; 3] {
+            // The walk learns that the probes missed only when they all return: it waited for
+            // them. Then the ways not yet probed, and the cached lines again (they were stale,
+            // or the page is not mapped).
+            self.c.fallbacks += 1;
+            plan.refs[start..end].iter_mut().for_each(|r| r.needed = true);
+            step += 1;
+            let s2 = plan.refs.len();
+            found = Self::probe(s, va, &rest, step, plan);
+            fallback = Some((s2, plan.refs.len()));
+            let before = plan.refs.len();
+            for (k, l, key) in [(0, Lvl::Pmd, sec), (1, Lvl::Pud, gb)] {
+                if cached[k] {
+                    let line = Self::push_cwt(s, l, key, step, false, plan);
+                    wc.fill(l, asid, key, line);
+                }
+            }
+            cwt_refs += plan.refs.len() - before;
+        }
+        if cwt_refs > 0 {
+            self.c.cwt_fetches += 1;
+            self.c.cwt_refs += cwt_refs as u64;
+        }
+        let probes = (end - start) + fallback.map_or(0, |(a, b)| b - a);
+        self.c.probes += probes as u64;
         match found {
             Some((k, tr, (i, id, j))) => {
                 // The walker sets the accessed bit of the PTE it used (x86 format, as radix's walk).
@@ -136,14 +144,22 @@ impl Driver for Ecpt {
                     t.line_mut(id).data[j] |= ACCESSED;
                 }
                 plan.refs[k].needed = true;
-                self.c.probes_needed += 1;
+                self.c.probes_needed += 1 + fallback.map_or(0, |_| (end - start) as u64);
+                if fallback.is_some() {
+                    self.c.stale_fallbacks += 1;
+                }
+                if plan.checked && plan.violation.is_none() && s.locate(va).map(|o| (o.pa, o.size)) != Some((tr.pbase, tr.size)) {
+                    plan.violation = Some("ECPT walk returned a translation the OS does not have");
+                }
                 Some(tr)
             }
             None => {
-                plan.refs[start..].iter_mut().for_each(|r| r.needed = true);
-                self.c.probes_needed += n;
+                for (a, b) in [(start, end), fallback.unwrap_or((0, 0))] {
+                    plan.refs[a..b].iter_mut().for_each(|r| r.needed = true);
+                }
+                self.c.probes_needed += probes as u64;
                 if plan.checked && plan.violation.is_none() && s.locate(va).is_some() {
-                    plan.violation = Some("ECPT walk missed a mapped translation (walk-table header out of date)");
+                    plan.violation = Some("ECPT walk missed a mapped translation");
                 }
                 None
             }
@@ -151,9 +167,12 @@ impl Driver for Ecpt {
     }
 
     fn invalidate_walk_cache(&self, wc: &mut EcptCwc, asid: u16, start: u64, end: u64) {
+        // Entries are CWT lines of 64 sections.
         let last = end.saturating_sub(1).max(start);
-        wc.pmd.invalidate(asid, start >> 21, last >> 21);
-        wc.pud.invalidate(asid, start >> 30, last >> 30);
+        for l in [Lvl::Pmd, Lvl::Pud] {
+            let sh = l.shift() + 6;
+            wc.level(l).0.invalidate(asid, start >> sh, last >> sh);
+        }
     }
 
     fn leaf_sizes(&self) -> &[PageSize] {
@@ -184,7 +203,9 @@ impl Driver for Ecpt {
         put("insert_failures", json!(c.failures.iter().sum::<u64>()));
         put("cwt_kicks", json!(c.cwt_kicks));
         put("cwt_resizes", json!(c.cwt_resizes));
-        put("walk_cache_invalidations", json!(c.invalidations));
+        put("fallbacks", json!(c.fallbacks));
+        put("fallback_rate", json!(per(c.fallbacks, c.walks)));
+        put("stale_cwc_fallbacks", json!(c.stale_fallbacks));
         put("noncontiguous_ways", json!(c.noncontiguous));
         for (i, size) in SIZES.iter().enumerate() {
             let label = size.label().to_lowercase();
@@ -201,5 +222,65 @@ impl Driver for Ecpt {
         put("cwt_bytes", json!(self.summary.values().map(|s| s.cwt_bytes).sum::<u64>()));
         put("optimized_api", json!(self.cfg.optimized_api));
         m
+    }
+}
+
+impl Ecpt {
+    /// The (size slot → way mask) the headers allow; `None`: they say nothing (probe everything).
+    /// Order of QEMU's walker and EMT's simulator: a PUD header naming a 1 GiB page or 4 KiB pages
+    /// only decides; then a PMD header; then a PUD header's sizes.
+    #[inline]
+    fn narrow(&self, h2: Option<u8>, h1: Option<u8>) -> Option<[u8; 3]> {
+        let all = (1u8 << self.cfg.ways) - 1;
+        let way = |h: u8| if self.cfg.cwc_way { 1 << header_way(h) } else { all };
+        let sizes = |h: u8, own: u8| [if h & H_4K != 0 { all } else { 0 }, if h & H_2M != 0 { own } else { 0 }, 0];
+        if let Some(h) = h1 {
+            if h & H_1G != 0 {
+                return Some([0, 0, way(h)]);
+            }
+            if h & (H_4K | H_2M) == H_4K {
+                return Some([all, 0, 0]);
+            }
+        }
+        match (h2, h1) {
+            (Some(h), _) => Some(sizes(h, way(h))),
+            (None, Some(h)) => Some(sizes(h, all)),
+            (None, None) => None,
+        }
+    }
+
+    /// Pushes one step of parallel probes of the (size, way) pairs in `masks` (both arrays of a
+    /// way being resized); returns the probe that holds `va`'s translation: (its index in the
+    /// plan, the translation, (size slot, line, entry)).
+    #[inline]
+    fn probe(s: &EcptSpace, va: u64, masks: &[u8; 3], step: u8, plan: &mut WalkPlan) -> Option<(usize, Translation, (usize, u32, usize))> {
+        let mut found = None;
+        for (i, t) in s.tables.iter().enumerate() {
+            let Some(t) = t else { continue };
+            if masks[i] == 0 {
+                continue;
+            }
+            let size = SIZES[i];
+            let vpn = va >> size.shift();
+            let (tag, j) = (vpn >> 3, (vpn & 7) as usize);
+            for (w, way) in t.ways().iter().enumerate() {
+                if masks[i] & (1 << w) == 0 {
+                    continue;
+                }
+                for (a, _) in way.arrays() {
+                    let slot = a.slot(tag);
+                    let id = a.slots[slot];
+                    if id != EMPTY {
+                        let l = t.line(id);
+                        if l.tag == tag && l.data[j] & PRESENT != 0 {
+                            let tr = Translation { pbase: l.data[j] & ADDR_MASK & !size.offset_mask(), size };
+                            found = Some((plan.refs.len(), tr, (i, id, j)));
+                        }
+                    }
+                    plan.push(a.paddr(slot), step, false);
+                }
+            }
+        }
+        found
     }
 }
