@@ -35,7 +35,7 @@ pub fn estimate(cfg: &Config, v: &Value) -> Vec<(String, u64)> {
     items.push(("mem.llc.size".into(), lines(cfg.mem.llc.size).saturating_mul(slices)));
     items.push(("os.memory".into(), cfg.os.memory / 4096 / 4));
     items.push(("host.os.memory".into(), cfg.host.os.memory / 4096 / 4));
-    items.sort_by(|a, b| b.1.cmp(&a.1));
+    items.sort_by_key(|i| std::cmp::Reverse(i.1));
     items
 }
 
