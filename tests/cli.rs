@@ -255,3 +255,10 @@ fn configs_too_big_for_the_host_are_refused() {
         xlate(&["run", "--quiet", "--max-host-memory", "2G", "--set", "mem.llc.size=1G", "--set", "workload.params.updates=1000"]);
     assert_eq!(code, 0, "{err}");
 }
+
+/// Found by the fuzz harness (seed 104378): a channel count given as a byte size ("1G") made
+/// the bank count overflow and panic on the first DRAM access.
+#[test]
+fn dram_bank_count_is_bounded() {
+    fails_with(&["run", "--set", "mem.dram.channels=\"1G\""], &["mem.dram.channels", "65536"]);
+}

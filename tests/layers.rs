@@ -7,9 +7,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Layers, lowest first; modules on one line are siblings and may not import each other.
-/// `error` and `rng` are utilities every layer may use.
+/// `error` and `rng` are utilities every layer may use; `fsutil` (writing output files) uses
+/// only `error`; `fuzz` (the fuzz harness) drives everything and sits on top.
 const LAYERS: &[&[&str]] = &[
     &["error", "rng"],
+    &["fsutil"],
     &["addr"],
     &["tapi"],
     &["mem", "trace"],
@@ -21,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["sim"],
     &["report"],
     &["reproduce"],
+    &["fuzz"],
 ];
 
 fn rank(module: &str) -> Option<usize> {

@@ -131,6 +131,11 @@ impl DramConfig {
                 ));
             }
         }
+        // Documented bound (docs/robustness.md): one open-row slot per bank of the machine.
+        let total = u64::from(self.channels) * u64::from(self.ranks) * u64::from(self.banks);
+        if total > 1 << 16 {
+            return Err(Error::config(format!("{key}.channels"), format!("channels × ranks × banks must be at most 65536 (got {total})")));
+        }
         if !self.row_bytes.is_power_of_two() || self.row_bytes < 256 {
             return Err(Error::config(
                 format!("{key}.row_bytes"),
