@@ -112,6 +112,27 @@ impl Ecpt {
         self.summary.insert(s.asid, sum);
     }
 
+    /// Background fetches (at `step`) of the PMD and PUD walk-table lines flagged in `which`, for
+    /// sections `keys` (2 MiB, 1 GiB), each filled into the CWC; returns the references pushed.
+    pub(super) fn refetch_cwt_lines(
+        s: &EcptSpace,
+        wc: &mut EcptCwc,
+        asid: u16,
+        which: [bool; 2],
+        keys: [u64; 2],
+        step: u8,
+        plan: &mut WalkPlan,
+    ) -> usize {
+        let before = plan.refs.len();
+        for (k, l) in [Lvl::Pmd, Lvl::Pud].into_iter().enumerate() {
+            if which[k] {
+                let line = Self::push_cwt(s, l, keys[k], step, false, plan);
+                wc.fill(l, asid, keys[k], line);
+            }
+        }
+        plan.refs.len() - before
+    }
+
     /// Pushes the probes of walk table `l` for the line holding section `key`'s header at
     /// `step`; returns the line found (`None`: no line, nothing is mapped in its range). `wait`:
     /// the walk needs the answer (mark the ref holding the line needed, or all of them if none

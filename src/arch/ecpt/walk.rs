@@ -102,14 +102,7 @@ impl Driver for Ecpt {
             }
         }
         let end = plan.refs.len();
-        let before = plan.refs.len();
-        for (k, l, key) in [(0, Lvl::Pmd, sec), (1, Lvl::Pud, gb)] {
-            if refill[k] {
-                let line = Self::push_cwt(s, l, key, step, false, plan);
-                wc.fill(l, asid, key, line);
-            }
-        }
-        cwt_refs += plan.refs.len() - before;
+        cwt_refs += Self::refetch_cwt_lines(s, wc, asid, refill, [sec, gb], step, plan);
         let rest = [exist[0] & !first[0], exist[1] & !first[1], exist[2] & !first[2]];
         let mut fallback = None;
         if found.is_none() && rest != [0; 3] {
@@ -122,14 +115,7 @@ impl Driver for Ecpt {
             let s2 = plan.refs.len();
             found = Self::probe(s, va, &rest, step, plan);
             fallback = Some((s2, plan.refs.len()));
-            let before = plan.refs.len();
-            for (k, l, key) in [(0, Lvl::Pmd, sec), (1, Lvl::Pud, gb)] {
-                if cached[k] {
-                    let line = Self::push_cwt(s, l, key, step, false, plan);
-                    wc.fill(l, asid, key, line);
-                }
-            }
-            cwt_refs += plan.refs.len() - before;
+            cwt_refs += Self::refetch_cwt_lines(s, wc, asid, cached, [sec, gb], step, plan);
         }
         if cwt_refs > 0 {
             self.c.cwt_fetches += 1;
