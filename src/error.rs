@@ -61,7 +61,11 @@ impl fmt::Display for Error {
                 write!(f, "unknown {what} `{name}`; expected one of: {}", known.join(", "))
             }
             Error::Workload { name, msg } => write!(f, "workload {name}: {msg}"),
-            Error::OutOfMemory(m) => write!(f, "simulated machine out of physical memory: {m}"),
+            Error::OutOfMemory(m) => write!(
+                f,
+                "simulated machine out of physical memory: {m} (raise os.memory, or host.os.memory for a guest@host \
+                 design, or let the OS swap with os.swap.enabled=true)"
+            ),
             Error::Check(m) => write!(f, "checked mode: {m}"),
         }
     }

@@ -43,6 +43,36 @@ fn bad_config_keys_and_values() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Issue 14, item 10: each message names the right key or file and says what to do.
+#[test]
+fn errors_name_the_culprit() {
+    // The footprint, not the stride, is what is wrong.
+    fails_with(&["run", "-w", "stream", "--set", "workload.params.footprint=0", "-q"], &["workload.params.footprint", "at least 4K"]);
+    // The config's own terms, not serde's `usize`.
+    fails_with(&["run", "--set", "cores=-1", "-q"], &["`cores`", "whole number of at least 0, found -1"]);
+    // One L1 D-TLB per page size: the error names each indexed form.
+    fails_with(&["run", "--set", "mmu.l1d.entries=128", "-q"], &["mmu.l1d[0].entries (4K pages)", "mmu.l1d[1].entries (2M pages)"]);
+    let dir = std::env::temp_dir().join(format!("xlate-cli-culprit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("syntax.toml");
+    std::fs::write(&f, "a = = 1\n").unwrap();
+    let (code, _, err) = xlate(&["run", "--config", f.to_str().unwrap(), "-q"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("config file") && err.contains("not valid TOML at line 1, column 5") && !err.contains("config key"), "{err}");
+    let d = dir.to_str().unwrap();
+    fails_with(&["run", "--config", d, "-q"], &["config file", "is a directory"]);
+    fails_with(&["run", "--trace", d, "-q"], &["trace file", "is a directory"]);
+    fails_with(&["run", "--trace", dir.join("missing.xlt").to_str().unwrap(), "-q"], &["trace file", "missing.xlt"]);
+    std::fs::remove_dir_all(&dir).ok();
+    // RestSegs that leave no room say so, not a buddy-allocator failure.
+    fails_with(&["run", "-d", "utopia", "--set", "os.memory=1G", "-q"], &["os.memory", "too small for the RestSegs"]);
+    // Out of simulated memory says what to change.
+    fails_with(
+        &["run", "--set", "os.memory=64M", "--set", "os.swap.enabled=false", "--set", "workload.params.updates=1000", "-q"],
+        &["out of physical memory", "raise os.memory", "os.swap.enabled=true"],
+    );
+}
+
 #[test]
 fn bad_traces() {
     let dir = std::env::temp_dir().join(format!("xlate-cli-trace-{}", std::process::id()));

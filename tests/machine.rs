@@ -122,3 +122,18 @@ fn warm_up_ends_at_its_access_and_restarts_every_count() {
     assert_eq!(metric(&r, "page_faults"), 50.0);
     assert_eq!(r.mem.l1d.data_accesses, 6400);
 }
+
+/// The drivers' event counters restart with the rest at the end of warm-up: ECPT's own count of
+/// walks then equals the MMU's count of walks of the measured window alone.
+#[test]
+fn warm_up_restarts_the_drivers_event_counters() {
+    let sets = ["workload.name=\"stream\"", "workload.params.footprint=64M", "workload.params.stride=64", "sim.max_accesses=19200"];
+    let whole = run("ecpt", &sets);
+    let mut warm_sets = sets.to_vec();
+    warm_sets.push("sim.warmup_accesses=12800");
+    let warm = run("ecpt", &warm_sets);
+    let driver_walks = |r: &xlate::sim::RunOutput| r.driver["walks"].as_u64().unwrap() as f64;
+    assert_eq!(driver_walks(&whole), metric(&whole, "walks"));
+    assert_eq!(driver_walks(&warm), metric(&warm, "walks"));
+    assert!(driver_walks(&warm) < driver_walks(&whole), "the warm-up's walks are not counted");
+}

@@ -478,6 +478,10 @@ impl Driver for Arm64 {
         }
     }
 
+    fn restart_metrics(&mut self) {
+        self.stats = ContStats::default();
+    }
+
     fn metrics(&self) -> serde_json::Map<String, serde_json::Value> {
         let mut m = serde_json::Map::new();
         let t = self.translations();

@@ -706,6 +706,11 @@ impl Driver for Dipta {
         &LEAF_SIZES
     }
 
+    fn restart_metrics(&mut self) {
+        // Occupied frames are state, not events.
+        self.stats = DiptaStats { occupied: self.stats.occupied, ..DiptaStats::default() };
+    }
+
     fn metrics(&self) -> Map<String, Value> {
         let st = &self.stats;
         let per = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };

@@ -667,6 +667,11 @@ impl Driver for Fpt {
         }
     }
 
+    fn restart_metrics(&mut self) {
+        // The peak and the live node counts are state, not events.
+        self.fallbacks = 0;
+    }
+
     fn metrics(&self) -> serde_json::Map<String, serde_json::Value> {
         let mut m = serde_json::Map::new();
         m.insert("flatten".into(), self.flatten.name().into());

@@ -611,6 +611,16 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
         Some(Translation { pbase: ht.paddr(self.base + gpa) & !size.offset_mask(), size })
     }
 
+    fn restart_metrics(&mut self) {
+        // The hypervisor's OS counters restart with the guest's (sim restarts the guest OS).
+        // `remaps` stays: it is the VM's TLB generation, not only a count.
+        self.stats = Stats::default();
+        self.host.stats = Default::default();
+        self.host.cost = Default::default();
+        self.host.driver.restart_metrics();
+        self.guest.restart_metrics();
+    }
+
     fn metrics(&self) -> Map<String, Value> {
         let st = &self.stats;
         let per = |a: f64, b: u64| if b == 0 { 0.0 } else { a / b as f64 };

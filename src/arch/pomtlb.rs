@@ -621,6 +621,10 @@ impl Driver for PomTlb {
         self.radix.user_va_limit()
     }
 
+    fn restart_metrics(&mut self) {
+        self.stats = PomStats::default();
+    }
+
     fn metrics(&self) -> serde_json::Map<String, serde_json::Value> {
         let st = &self.stats;
         let hits = st.hits[0] + st.hits[1];

@@ -549,6 +549,12 @@ impl Driver for Rmm {
         self.radix.user_va_limit()
     }
 
+    fn restart_metrics(&mut self) {
+        // Live ranges and range-table pages are state, not events.
+        let RmmStats { ranges_live, table_pages, .. } = self.stats;
+        self.stats = RmmStats { ranges_live, table_pages, ..RmmStats::default() };
+    }
+
     fn metrics(&self) -> serde_json::Map<String, serde_json::Value> {
         let st = &self.stats;
         let per = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };

@@ -492,6 +492,13 @@ impl Driver for Sparta {
         &self.sizes
     }
 
+    fn restart_metrics(&mut self) {
+        // Entries and their peak are state, not events.
+        self.walks = 0;
+        self.walk_refs = 0;
+        self.overflow_probes = 0;
+    }
+
     fn metrics(&self) -> serde_json::Map<String, serde_json::Value> {
         let mut m = serde_json::Map::new();
         m.insert("partitions".into(), self.cfg.partitions.into());

@@ -351,6 +351,7 @@ fn value_text(v: &Value) -> String {
 fn set_to_value(kv: &str, base: &Value) -> Result<Value> {
     let (key, raw) = kv.split_once('=').ok_or_else(|| Error::config(kv, "--set expects key=value"))?;
     let key = key.trim();
+    let key = &index_single_arrays(key, base)?;
     // Walk the base to find the existing value and build the nested override.
     let parts: Vec<&str> = key.split('.').collect();
     let mut cur = Some(base);
@@ -420,6 +421,56 @@ fn set_to_value(kv: &str, base: &Value) -> Result<Value> {
     Ok(build(Some(base), &parts, parsed))
 }
 
+/// Rewrites the natural form of a key into a list of tables (`mmu.l1d.entries`) into the indexed
+/// form (`mmu.l1d[0].entries`) when the list has one element; when it has several, the error names
+/// each indexed form (with the element's page sizes, where it has them) so the user can pick.
+fn index_single_arrays(key: &str, base: &Value) -> Result<String> {
+    let parts: Vec<&str> = key.split('.').collect();
+    let mut out: Vec<String> = Vec::with_capacity(parts.len());
+    let mut cur = Some(base);
+    for (i, p) in parts.iter().enumerate() {
+        let (name, indexed) = match p.split_once('[') {
+            Some((n, _)) => (n, true),
+            None => (*p, false),
+        };
+        cur = cur.and_then(|v| v.get(name));
+        let last = i + 1 == parts.len();
+        match (cur, indexed, last) {
+            (Some(Value::Array(a)), false, false) if a.iter().all(|e| e.is_table()) => {
+                if a.len() == 1 {
+                    out.push(format!("{name}[0]"));
+                    cur = a.first();
+                    continue;
+                }
+                let rest = parts[i + 1..].join(".");
+                let at = out.iter().cloned().chain([name.to_string()]).collect::<Vec<_>>().join(".");
+                let forms: Vec<String> = a
+                    .iter()
+                    .enumerate()
+                    .map(|(j, e)| {
+                        let sizes = e
+                            .get("sizes")
+                            .and_then(|s| s.as_array())
+                            .map(|s| s.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join("+"));
+                        match sizes {
+                            Some(s) => format!("{at}[{j}].{rest} ({s} pages)"),
+                            None => format!("{at}[{j}].{rest}"),
+                        }
+                    })
+                    .collect();
+                return Err(Error::config(key, format!("`{at}` is a list of {} tables; name one: {}", a.len(), forms.join(", "))));
+            }
+            (Some(Value::Array(a)), true, _) => {
+                let idx = p.split_once('[').map(|(_, r)| r.trim_end_matches(']')).and_then(|r| r.parse::<usize>().ok());
+                cur = idx.and_then(|j| a.get(j));
+            }
+            _ => {}
+        }
+        out.push(p.to_string());
+    }
+    Ok(out.join("."))
+}
+
 /// Every number of a config must be finite and non-negative: no key means anything by NaN,
 /// infinity or a negative count, size, latency, cost or rate (the simulator's arithmetic would
 /// turn them into zero or `null` results). Names the first offending key.
@@ -442,18 +493,57 @@ fn to_value(c: &Config) -> Value {
 fn from_value(v: Value, origin: &str) -> Result<Config> {
     v.try_into::<Config>().map_err(|e| {
         let msg = e.to_string();
-        let line = msg.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid value").to_string();
-        Error::config(origin, line)
+        let line = msg.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid value");
+        Error::config(origin, plain_serde_message(line))
     })
+}
+
+/// serde's wording for a value of the wrong kind ("invalid value: integer `-1`, expected usize")
+/// in the config's own terms ("expected a whole number of at least 0, found -1").
+fn plain_serde_message(line: &str) -> String {
+    let kind = |t: &str| match t.trim() {
+        "usize" | "u64" | "u32" | "u16" | "u8" => "a whole number of at least 0".to_string(),
+        "i64" | "i32" => "a whole number".to_string(),
+        "f64" | "f32" => "a number".to_string(),
+        other => other.to_string(),
+    };
+    for prefix in ["invalid value: ", "invalid type: "] {
+        if let Some(rest) = line.strip_prefix(prefix) {
+            if let Some((found, expected)) = rest.rsplit_once(", expected ") {
+                // "integer `-1`", "floating point `1.5`", "string \"abc\"": keep the value.
+                let found = match (found.find('`'), found.find('"')) {
+                    (Some(i), _) => found[i..].trim_matches('`'),
+                    (None, Some(i)) => &found[i..],
+                    _ => found,
+                };
+                return format!("expected {}, found {found}", kind(expected));
+            }
+        }
+    }
+    line.to_string()
 }
 
 /// Reads a TOML file as a value, with errors naming the file.
 pub fn read_file(path: &std::path::Path) -> Result<Value> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.display().to_string(), e))?;
-    toml::from_str::<toml::Table>(&text).map(Value::Table).map_err(|e| {
-        let msg = e.to_string().replace('\n', " ");
-        Error::config(path.display().to_string(), format!("not valid TOML: {msg}"))
-    })
+    let whose = || format!("config file {}", path.display());
+    if path.is_dir() {
+        return Err(Error::io(whose(), std::io::Error::new(std::io::ErrorKind::InvalidInput, "is a directory, not a TOML file")));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(whose(), e))?;
+    toml::from_str::<toml::Table>(&text).map(Value::Table).map_err(|e| Error::io(whose(), toml_syntax_error(&e)))
+}
+
+/// A TOML syntax error as one line: where (line and column, 1-based) and what the parser
+/// expected, without the multi-line source excerpt the `toml` crate prints.
+fn toml_syntax_error(e: &toml::de::Error) -> std::io::Error {
+    let full = e.to_string();
+    let position = full.lines().next().and_then(|l| l.find(" at ").map(|i| l[i + 4..].trim().to_string()));
+    let msg = e.message().trim().replace('\n', " ");
+    let text = match position {
+        Some(p) => format!("not valid TOML at {p}: {msg}"),
+        None => format!("not valid TOML: {msg}"),
+    };
+    std::io::Error::new(std::io::ErrorKind::InvalidData, text)
 }
 
 /// Everything a run's configuration is built from.
@@ -528,6 +618,21 @@ mod tests {
 
     fn layers(sets: &[&str]) -> Layers {
         Layers { sets: sets.iter().map(|s| s.to_string()).collect(), ..Layers::default() }
+    }
+
+    /// A list of one table takes the natural key (`mmu.l1d.entries` → `mmu.l1d[0].entries`).
+    #[test]
+    fn natural_key_into_a_list_of_one_table() {
+        let mut c = Config::default();
+        c.mmu.l1d.truncate(1);
+        let base = to_value(&c);
+        let over = set_to_value("mmu.l1d.entries=128", &base).unwrap();
+        let mut v = base.clone();
+        merge(&mut v, &over, "", "--set").unwrap();
+        assert_eq!(from_value(v, "test").unwrap().mmu.l1d[0].entries, 128);
+        let two = to_value(&Config::default());
+        let e = set_to_value("mmu.l1d.entries=128", &two).unwrap_err().to_string();
+        assert!(e.contains("mmu.l1d[0].entries (4K pages)"), "{e}");
     }
 
     #[test]

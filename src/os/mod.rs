@@ -237,6 +237,14 @@ pub struct Os<D: Driver> {
 }
 
 impl<D: Driver> Os<D> {
+    /// Restarts every counter the results report (OS work, events, the driver's metrics) when
+    /// warm-up ends; the memory, page tables and policies' state stay warm.
+    pub fn restart_stats(&mut self) {
+        self.stats = Default::default();
+        self.cost = Default::default();
+        self.driver.restart_metrics();
+    }
+
     /// Boots: carves the 1 GiB pool, fragments memory, and creates no process yet.
     pub fn boot(driver: D, cfg: &OsConfig, seed: u64) -> Result<Os<D>> {
         let mut phys = PhysMem::new(cfg.memory, cfg.max_order);

@@ -379,8 +379,7 @@ fn access_loop<D: Driver>(
             };
             m.stats = keep;
             m.topo.reset_stats();
-            m.os.stats = Default::default();
-            m.os.cost = Default::default();
+            m.os.restart_stats();
             for a in agents.iter_mut() {
                 a.cycles = 0.0;
                 a.translation = 0.0;

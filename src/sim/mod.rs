@@ -498,8 +498,7 @@ fn access_loop<D: Driver, M: Mode>(
         }
         if !warm && total >= cfg.sim.warmup_accesses {
             // Everything the results count restarts here; the machine's state (TLBs, caches,
-            // page tables, memory) stays warm. Drivers' own metrics are not restarted
-            // (docs/results-schema.md).
+            // page tables, memory) stays warm (docs/results-schema.md).
             warm = true;
             for c in cores.iter_mut() {
                 c.stats = CoreStats::default();
@@ -507,8 +506,7 @@ fn access_loop<D: Driver, M: Mode>(
                 c.cycles = 0.0;
             }
             eng.mem.reset_stats();
-            eng.os.stats = Default::default();
-            eng.os.cost = Default::default();
+            eng.os.restart_stats();
         }
         if total >= next_epoch || total >= limit {
             next_epoch = total + cfg.sim.epoch_accesses;

@@ -91,6 +91,11 @@ pub trait Driver: Tdb + Sized + 'static {
         serde_json::Map::new()
     }
 
+    /// Restarts the event counters [`metrics`](Self::metrics) reports (walks, probes, hits,
+    /// kicks, placements) when warm-up ends, as the core's and the OS's restart; gauges of state
+    /// (live entries, table bytes, peaks) stay. Default: nothing to restart.
+    fn restart_metrics(&mut self) {}
+
     /// A structure the MMU looks up beside the L2 TLB (Utopia's RestSeg walk, RMM's range TLB).
     /// Default: none.
     #[inline(always)]

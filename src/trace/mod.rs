@@ -176,6 +176,13 @@ pub fn open(path: &Path) -> Result<Box<dyn AccessSource>> {
 /// (see [`champsim::Reader::new`] and [`lackey::Reader::new`]). Native traces return exactly
 /// the accesses they hold, fetches included, whatever `with_fetches` says.
 pub fn open_with(path: &Path, with_fetches: bool) -> Result<Box<dyn AccessSource>> {
+    // A missing file or a directory says that it was the trace that could not be read (a run
+    // also names a config file, and `File::open` of a directory succeeds on Linux).
+    let whose = |e| Error::io(format!("trace file {}", path.display()), e);
+    let meta = std::fs::metadata(path).map_err(whose)?;
+    if meta.is_dir() {
+        return Err(whose(std::io::Error::new(std::io::ErrorKind::InvalidInput, "is a directory, not a trace file")));
+    }
     Ok(match detect(path)? {
         Format::Native => Box::new(native::Reader::open(path)?),
         Format::ChampSim => Box::new(champsim::Reader::open(path, with_fetches)?),

@@ -22,11 +22,11 @@ pub const ENTRY: WorkloadEntry = WorkloadEntry {
 fn build(p: &Params, _seed: u64) -> Result<Box<dyn Workload>> {
     let footprint = p.bytes("footprint")?;
     let stride = p.u64("stride")?;
-    if stride == 0 || stride > footprint {
-        return Err(p.out_of_range("stride", "between 1 and the footprint"));
-    }
     if footprint < 4096 {
         return Err(p.out_of_range("footprint", "at least 4K"));
+    }
+    if stride == 0 || stride > footprint {
+        return Err(p.out_of_range("stride", "between 1 and the footprint"));
     }
     Ok(Box::new(Stream {
         footprint,

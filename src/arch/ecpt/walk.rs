@@ -165,6 +165,10 @@ impl Driver for Ecpt {
         &self.sizes
     }
 
+    fn restart_metrics(&mut self) {
+        self.c = Counters::default();
+    }
+
     fn metrics(&self) -> Map<String, Value> {
         let c = &self.c;
         let per = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };

@@ -606,6 +606,18 @@ impl Driver for Utopia {
         self.radix.user_va_limit()
     }
 
+    fn restart_metrics(&mut self) {
+        for g in &mut self.segs {
+            g.stats = SegStats::default();
+        }
+        self.rsw = 0;
+        self.rsw_hits = 0;
+        self.ulb_lookups = 0;
+        self.ulb_hits = 0;
+        self.migration_requests = 0;
+        self.shared_to_flexseg = 0;
+    }
+
     fn metrics(&self) -> Map<String, Value> {
         let rate = |h: u64, n: u64| if n == 0 { 0.0 } else { h as f64 / n as f64 };
         let mut m = Map::new();

@@ -5,6 +5,23 @@ use super::*;
 /// Placement into the RestSegs at faults, promotions and migrations (§5.2).
 impl FramePlacement<Utopia> for Utopia {
     fn boot(&mut self, phys: &mut dyn Frames) -> Result<()> {
+        // Fixed-size RestSegs must leave the FlexSeg, the page tables and the kernel room to run;
+        // otherwise the first fault fails deep in the allocator with a message about a table page.
+        let fixed: u64 = self.cfg.restsegs.iter().map(|r| r.size).sum();
+        let free = phys.free_pages() * 4096;
+        if fixed > 0 && fixed.saturating_add(self.cfg.kernel_reserve) > free {
+            let fmt = crate::addr::fmt_bytes;
+            return Err(Error::config(
+                "os.memory",
+                format!(
+                    "too small for the RestSegs: arch.utopia.restsegs reserve {} of the {} free at boot, and at least {} \
+                     (arch.utopia.kernel_reserve) must stay for page tables and the FlexSeg; raise os.memory or shrink the RestSegs",
+                    fmt(fixed),
+                    fmt(free),
+                    fmt(self.cfg.kernel_reserve)
+                ),
+            ));
+        }
         for (i, r) in self.cfg.restsegs.clone().iter().enumerate() {
             let unit = r.page.bytes() * r.ways as u64;
             let size = if r.size == 0 {
