@@ -42,7 +42,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// Counters of an accelerator run (docs/results-schema.md, `accel`).
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AccelStats {
     /// Accelerators.
     pub accelerators: u64,

@@ -42,7 +42,7 @@ const CHUNK: usize = 256;
 const IDLE_CYCLES: f64 = 1000.0;
 
 /// Per-core counters.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CoreStats {
     /// Accesses simulated.
     pub accesses: u64,
@@ -136,7 +136,9 @@ impl Sampler {
     }
 }
 
-/// What a run produced.
+/// What a run produced. Serializes with serde (sweep records store it, docs/sweeps.md); every
+/// field round-trips exactly through JSON.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunOutput {
     /// Design name.
     pub design: String,
