@@ -46,7 +46,10 @@ __all__ = [
     "workloads",
     "presets",
     "resolved_config",
+    "design_descriptions",
+    "records",
     "load",
+    "grid_toml",
     "sweep",
     "XlateError",
     "ConfigError",
@@ -290,10 +293,16 @@ def _read_json(path: Path) -> Optional[Dict[str, Any]]:
         return None
 
 
+def _manifest(root: Path) -> Dict[str, Any]:
+    m = _read_json(root / "manifest.json")
+    return m if isinstance(m, dict) else {}
+
+
 def records(dir: Union[str, os.PathLike]) -> List[Dict[str, Any]]:
     """The point records of a sweep directory as dictionaries (``DIR/points/<id>.json``), in
-    the manifest's (grid) order; records of points no longer in the manifest come last, in name
-    order. Unreadable records are skipped (the sweep would run those points again)."""
+    grid order: those of the points of its manifest (a directory that ``force`` gave to another
+    grid keeps records of the old points; they are not listed). Without a manifest, every record,
+    by id. Unreadable records are left out (the sweep runs those points again)."""
     root = Path(dir)
     points = root / "points"
     if not points.is_dir():
@@ -303,37 +312,51 @@ def records(dir: Union[str, os.PathLike]) -> List[Dict[str, Any]]:
         rec = _read_json(p)
         if isinstance(rec, dict) and rec.get("id") == p.stem:
             found[p.stem] = rec
-    manifest = _read_json(root / "manifest.json") or {}
-    order = [p.get("id") for p in manifest.get("points", []) if isinstance(p, dict)]
-    out = [found.pop(i) for i in order if i in found]
-    out.extend(found[k] for k in sorted(found))
-    return out
+    manifest = _manifest(root)
+    if "points" not in manifest:
+        return [found[k] for k in sorted(found)]
+    ids = [p.get("id") for p in manifest["points"] if isinstance(p, dict)]
+    return [found[i] for i in ids if i in found]
 
 
-def load(dir: Union[str, os.PathLike]) -> Table:
+def load(dir: Union[str, os.PathLike], pending: bool = False) -> Table:
     """One row per point record of a sweep directory (``xlate sweep --out DIR``, or
-    :func:`sweep`).
+    :func:`sweep`), in grid order.
 
     Columns: ``id``, ``design``, ``workload``, ``preset``, ``status`` (``"done"`` or
     ``"failed"``), ``error``, then every swept key (``"mmu.l2.entries"``, ...), then every metric
-    (``"l2_tlb_mpki"``, ...; empty for a failed point). Points without a record (pending) have no
-    row. The metrics' units are in ``df.attrs["units"]``.
+    (``"l2_tlb_mpki"``, ...; empty for a failed point) — the columns of
+    ``xlate sweep --export DIR --csv F``, without the units in the metric names: they are in
+    ``df.attrs["units"]``.
+
+    Args:
+        dir: the sweep directory.
+        pending: also a row (status ``"pending"``, no metrics) for each point of the grid that
+            has no record yet, as the CSV export has.
     """
-    recs = records(dir)
-    manifest = _read_json(Path(dir) / "manifest.json") or {}
+    root = Path(dir)
+    recs = {r["id"]: r for r in records(root)}
+    manifest = _manifest(root)
     swept_keys: List[str] = list(manifest.get("swept_keys", []))
-    for r in recs:
-        for k in r.get("swept", {}) or {}:
+    entries: List[Dict[str, Any]] = [p for p in manifest.get("points", []) if isinstance(p, dict)] or list(recs.values())
+    for r in entries:
+        for k in r.get("swept") or {}:
             if k not in swept_keys:
                 swept_keys.append(k)
     units: Dict[str, str] = {}
     rows = []
-    for r in recs:
-        row: Dict[str, Any] = {k: r.get(k) for k in ("id", "design", "workload", "preset", "status", "error")}
-        swept = r.get("swept") or {}
+    for entry in entries:
+        r = recs.get(entry.get("id"))
+        if r is None and not pending:
+            continue
+        src = r if r is not None else entry
+        row: Dict[str, Any] = {k: src.get(k) for k in ("id", "design", "workload", "preset")}
+        row["status"] = r.get("status") if r is not None else "pending"
+        row["error"] = r.get("error") if r is not None else None
+        swept = src.get("swept") or {}
         for k in swept_keys:
             row[k] = swept.get(k)
-        result = r.get("result") or {}
+        result = (r or {}).get("result") or {}
         for k, v in (result.get("metrics") or {}).items():
             if k not in row:
                 row[k] = v
@@ -349,10 +372,35 @@ def load(dir: Union[str, os.PathLike]) -> Table:
     return table
 
 
+def grid_toml(grid: Mapping[str, Any]) -> str:
+    """A grid given as a dict, as the TOML text of a grid file: ``designs``, ``workloads``,
+    ``presets`` (and any other plain key) as values, ``set`` and ``axes`` as tables, ``zip`` and
+    ``points`` as arrays of tables; config keys are quoted, so ``"mmu.l2.entries"`` stays one key
+    (nested dicts are flattened into dotted keys first)."""
+    head: List[str] = []
+    tables: List[str] = []
+    for key, value in grid.items():
+        if key in ("set", "axes") and isinstance(value, Mapping):
+            tables.append(f"[{key}]")
+            tables.extend(f"{json.dumps(k)} = {_toml_value(v, k)}" for k, v in _flatten(value))
+        elif key in ("zip", "points") and isinstance(value, (list, tuple)) and all(isinstance(t, Mapping) for t in value):
+            for t in value:
+                tables.append(f"[[{key}]]")
+                for k, v in t.items():
+                    # A point's `workload` may be a { name, params } table: kept whole.
+                    if isinstance(v, Mapping) and k not in ("workload",):
+                        tables.extend(f"{json.dumps(fk)} = {_toml_value(fv, fk)}" for fk, fv in _flatten(v, k + "."))
+                    else:
+                        tables.append(f"{json.dumps(k)} = {_toml_value(v, k)}")
+        else:
+            head.append(f"{_toml_key(key)} = {_toml_value(value, key)}")
+    return "\n".join(head + tables) + "\n"
+
+
 def _grid_source(grid: Union[str, os.PathLike, Mapping[str, Any]]) -> Tuple[str, str, Optional[str]]:
     """(TOML text, name, path or None) of a grid given as a file, as TOML text or as a dict."""
     if isinstance(grid, Mapping):
-        return _xlate.grid_toml(json.dumps(grid)), "<dict>", None
+        return grid_toml(grid), "<dict>", None
     if isinstance(grid, os.PathLike) or (isinstance(grid, str) and "\n" not in grid and "=" not in grid):
         path = os.fspath(grid)
         try:
@@ -377,6 +425,7 @@ def sweep(
     address: Optional[str] = None,
     jobs: Optional[int] = None,
     force: bool = False,
+    retry_failed: bool = False,
     progress: bool = False,
 ) -> Table:
     """Runs every point of a grid that has no record in ``out`` yet, then loads ``out``.
@@ -402,25 +451,33 @@ def sweep(
             the most tasks in flight at once (default: no limit; Ray schedules by free CPUs).
         force: make ``out`` this grid's directory even if it holds another sweep (records of
             points in both are kept) or is not empty.
+        retry_failed: run the points recorded as failed again.
         progress: print a line per finished point on stderr.
 
     Returns:
-        :func:`load` of ``out``.
+        :func:`load` of ``out``. With pandas, ``df.attrs["summary"]`` holds what this call did:
+        ``points``, ``done``, ``failed``, ``pending``, ``ran``, ``skipped``.
 
     Raises:
         ConfigError: the grid is wrong (a bad key names the key). A point that fails while
             running does not raise: it is recorded as failed with its error.
         XlateError: ``out`` cannot be used (holds another sweep, unwritable, ...).
+        KeyboardInterrupt: Ctrl-C; the points that finished are recorded (run again to resume).
     """
     text, name, path = _grid_source(grid)
     out_s = os.fspath(out)
     if engine == "local":
-        _xlate.sweep_local(text, name, path, out_s, int(jobs or 0), bool(force), bool(progress))
+        summary = json.loads(
+            _xlate.sweep_local(text, name, path, out_s, int(jobs or 0), bool(force), bool(retry_failed), bool(progress))
+        )
     elif engine == "ray":
-        _sweep_ray(text, name, path, out_s, address, jobs, force, progress)
+        summary = _sweep_ray(text, name, path, out_s, address, jobs, force, retry_failed, progress)
     else:
         raise ValueError(f"engine must be \"local\" or \"ray\", not {engine!r}")
-    return load(out_s)
+    table = load(out_s)
+    if not isinstance(table, list):
+        table.attrs["summary"] = summary
+    return table
 
 
 def _ray_point(point_json: str) -> str:
@@ -438,20 +495,22 @@ def _sweep_ray(
     address: Optional[str],
     jobs: Optional[int],
     force: bool,
+    retry_failed: bool,
     progress: bool,
-) -> None:
+) -> Dict[str, Any]:
     try:
         import ray
     except ImportError:
-        raise XlateError("engine=\"ray\" needs Ray: pip install \"ray[default]\"") from None
-    # Expanding the grid and preparing the directory first: a bad grid fails before Ray starts.
-    pending: List[Dict[str, Any]] = json.loads(_xlate.sweep_prepare(text, name, path, out, bool(force)))
-    total = len((_read_json(Path(out) / "manifest.json") or {}).get("points", []))
-    _say(progress, f"xlate sweep: {total} points, {len(pending)} to run on Ray, {total - len(pending)} already recorded")
-    if not pending:
-        return
+        raise XlateError("engine=\"ray\" needs Ray: pip install ray") from None
+    # The grid is expanded and the directory prepared first: a bad grid fails before Ray starts.
+    pending: List[Dict[str, Any]] = json.loads(_xlate.sweep_prepare(text, name, path, out, bool(force), bool(retry_failed)))
+    total = len(_manifest(Path(out)).get("points", []))
+    _say(progress, f"xlate sweep: {total} points, {total - len(pending)} already recorded, {len(pending)} to run as Ray tasks, records in {out}")
+    writer = _xlate.RecordWriter(out)
+    ran = 0
+    lost: List[Tuple[Dict[str, Any], BaseException]] = []
     started = False
-    if not ray.is_initialized():
+    if pending and not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=progress)
         started = True
     try:
@@ -459,8 +518,6 @@ def _sweep_ray(
         limit = max(1, jobs) if jobs else len(pending)
         queue = list(pending)
         in_flight: Dict[Any, Dict[str, Any]] = {}
-        lost: List[Tuple[Dict[str, Any], BaseException]] = []
-        done = 0
         t0 = time.monotonic()
         try:
             while queue or in_flight:
@@ -472,27 +529,37 @@ def _sweep_ray(
                     p = in_flight.pop(ref)
                     try:
                         record = ray.get(ref)
-                    except Exception as e:  # the worker died or could not run the task
+                    except Exception as e:  # the task raised, or its worker died
                         lost.append((p, e))
-                        _say(progress, f"xlate sweep: point {p['id']} ({_describe(p)}): no record: {e}")
+                        _say(progress, f"xlate sweep: {_describe(p)}: no record ({type(e).__name__}: {e})")
                         continue
-                    status = _xlate.write_record(out, p["id"], record)
-                    done += 1
-                    _say(progress, f"[{done}/{len(pending)}] {_describe(p)}: {status} ({time.monotonic() - t0:.1f} s)")
+                    status = writer.write(p["id"], record)
+                    ran += 1
+                    _say(progress, f"[{ran}/{len(pending)}] {_describe(p)} {status} ({time.monotonic() - t0:.1f} s)")
         except KeyboardInterrupt:
             for ref in in_flight:
                 ray.cancel(ref, force=True)
             raise
-        if lost:
-            warnings.warn(
-                f"xlate sweep: {len(lost)} point(s) got no record because their Ray task failed "
-                f"(first: {_describe(lost[0][0])}: {lost[0][1]}); run the sweep again to retry them",
-                RuntimeWarning,
-                stacklevel=3,
-            )
     finally:
         if started:
             ray.shutdown()
+    if lost:
+        warnings.warn(
+            f"xlate sweep: {len(lost)} point(s) got no record because their Ray task failed "
+            f"(first: {_describe(lost[0][0])}: {lost[0][1]}); run the sweep again to retry them",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    statuses = [r.get("status") for r in records(out)]  # the manifest's points
+    return {
+        "points": total,
+        "done": statuses.count("done"),
+        "failed": statuses.count("failed"),
+        "pending": total - len(statuses),
+        "ran": ran,
+        "skipped": total - len(pending),
+        "interrupted": False,
+    }
 
 
 def _describe(p: Mapping[str, Any]) -> str:
