@@ -1,7 +1,7 @@
 """xlate from Python, notebook style: one run, a comparison, a sweep (locally or on Ray), a plot.
 
     pip install ./python pandas matplotlib      # matplotlib optional: without it, tables only
-    python examples/python_sweep.py             # about a minute on two cores
+    python examples/python_sweep.py             # a few seconds
     python examples/python_sweep.py --engine ray [--address HEAD:6379]
 
 Each "# %%" block is a notebook cell. docs/sweeps.md ("Python and Ray") describes the API.
@@ -55,13 +55,15 @@ grid = {
 df = xlate.sweep(grid, args.out, engine=args.engine, address=args.address, progress=True)
 # The same table later, without running anything: df = xlate.load(args.out)
 
-# %% Plot: L2 TLB MPKI against the L2 TLB size, one line per design
+# %% Plot: L2 TLB MPKI and walk latency against the L2 TLB size, one line per design
+METRICS = ["l2_tlb_mpki", "walk_latency_avg"]
 if isinstance(df, list):
     for row in df:
-        print(row["design"], row["mmu.l2.entries"], row["l2_tlb_mpki"])
+        print(row["design"], row["mmu.l2.entries"], *(row[m] for m in METRICS))
 else:
-    table = df.pivot_table(index="mmu.l2.entries", columns="design", values="l2_tlb_mpki")
-    print(table)
+    tables = {m: df.pivot_table(index="mmu.l2.entries", columns="design", values=m) for m in METRICS}
+    for m, t in tables.items():
+        print(f"\n{m} [{df.attrs['units'][m]}]\n{t}")
     try:
         import matplotlib
 
@@ -70,10 +72,15 @@ else:
     except ImportError:
         print("(pip install matplotlib for the plot)")
     else:
-        ax = table.plot(marker="o", logx=True)
-        ax.set_xlabel("L2 TLB entries")
-        ax.set_ylabel(f"L2 TLB MPKI [{df.attrs['units']['l2_tlb_mpki']}]")
-        ax.set_title("gups, 64 MiB table")
-        path = os.path.join(args.out, "l2_tlb_mpki.png")
-        plt.savefig(path, dpi=120, bbox_inches="tight")
+        fig, axes = plt.subplots(1, len(METRICS), figsize=(5 * len(METRICS), 4))
+        for ax, (m, t) in zip(axes, tables.items()):
+            t.plot(ax=ax, marker="o")
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(list(t.index), [str(i) for i in t.index])
+            ax.minorticks_off()
+            ax.set_xlabel("L2 TLB entries")
+            ax.set_ylabel(f"{m} [{df.attrs['units'][m]}]")
+        fig.suptitle("gups, 64 MiB table")
+        path = os.path.join(args.out, "sweep.png")
+        fig.savefig(path, dpi=110, bbox_inches="tight")
         print("plot:", path)

@@ -504,7 +504,9 @@ def _sweep_ray(
         raise XlateError("engine=\"ray\" needs Ray: pip install ray") from None
     # The grid is expanded and the directory prepared first: a bad grid fails before Ray starts.
     pending: List[Dict[str, Any]] = json.loads(_xlate.sweep_prepare(text, name, path, out, bool(force), bool(retry_failed)))
-    total = len(_manifest(Path(out)).get("points", []))
+    manifest = _manifest(Path(out))
+    total = len(manifest.get("points", []))
+    keys = list(manifest.get("swept_keys", []))
     _say(progress, f"xlate sweep: {total} points, {total - len(pending)} already recorded, {len(pending)} to run as Ray tasks, records in {out}")
     writer = _xlate.RecordWriter(out)
     ran = 0
@@ -531,11 +533,11 @@ def _sweep_ray(
                         record = ray.get(ref)
                     except Exception as e:  # the task raised, or its worker died
                         lost.append((p, e))
-                        _say(progress, f"xlate sweep: {_describe(p)}: no record ({type(e).__name__}: {e})")
+                        _say(progress, f"xlate sweep: {_describe(p, keys)}: no record ({type(e).__name__}: {e})")
                         continue
                     status = writer.write(p["id"], record)
                     ran += 1
-                    _say(progress, f"[{ran}/{len(pending)}] {_describe(p)} {status} ({time.monotonic() - t0:.1f} s)")
+                    _say(progress, f"[{ran}/{len(pending)}] {_describe(p, keys)} {status} ({time.monotonic() - t0:.1f} s)")
         except KeyboardInterrupt:
             for ref in in_flight:
                 ray.cancel(ref, force=True)
@@ -546,7 +548,7 @@ def _sweep_ray(
     if lost:
         warnings.warn(
             f"xlate sweep: {len(lost)} point(s) got no record because their Ray task failed "
-            f"(first: {_describe(lost[0][0])}: {lost[0][1]}); run the sweep again to retry them",
+            f"(first: {_describe(lost[0][0], keys)}: {lost[0][1]}); run the sweep again to retry them",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -562,10 +564,15 @@ def _sweep_ray(
     }
 
 
-def _describe(p: Mapping[str, Any]) -> str:
+def _describe(p: Mapping[str, Any], keys: Sequence[str] = ()) -> str:
+    """A point in one line, as the local runner names it: design, workload, preset, then the
+    swept values in grid order (``keys``: the manifest's ``swept_keys``)."""
     s = f"{p.get('design')} {p.get('workload')}"
     if p.get("preset"):
         s += f" preset={p['preset']}"
-    for k, v in (p.get("swept") or {}).items():
-        s += f" {k}={v if isinstance(v, str) else json.dumps(v)}"
+    swept = p.get("swept") or {}
+    for k in list(keys) + sorted(k for k in swept if k not in keys):
+        if k in swept:
+            v = swept[k]
+            s += f" {k}={v if isinstance(v, str) else json.dumps(v)}"
     return s
