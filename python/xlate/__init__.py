@@ -339,14 +339,14 @@ def load(dir: Union[str, os.PathLike], pending: bool = False) -> Table:
     manifest = _manifest(root)
     swept_keys: List[str] = list(manifest.get("swept_keys", []))
     entries: List[Dict[str, Any]] = [p for p in manifest.get("points", []) if isinstance(p, dict)] or list(recs.values())
-    for r in entries:
-        for k in r.get("swept") or {}:
+    for e in entries:
+        for k in e.get("swept") or {}:
             if k not in swept_keys:
                 swept_keys.append(k)
     units: Dict[str, str] = {}
     rows = []
     for entry in entries:
-        r = recs.get(entry.get("id"))
+        r: Optional[Dict[str, Any]] = recs.get(entry.get("id", ""))
         if r is None and not pending:
             continue
         src = r if r is not None else entry
