@@ -194,28 +194,59 @@ enum State {
     Pending,
 }
 
+/// What a sweep of `points` into a directory has left to do (the resume rule, shared by every
+/// engine): indices into `points`.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// To run, in grid order: no record, an unreadable one, or (with `retry_failed`) a failed one.
+    pub todo: Vec<usize>,
+    /// Recorded done.
+    pub done: Vec<usize>,
+    /// Recorded failed (also in `todo` with `retry_failed`).
+    pub failed: Vec<usize>,
+    /// Records that could not be read, with why (also in `todo`).
+    pub unreadable: Vec<(usize, String)>,
+}
+
+/// Which of `points` a sweep into `dir` runs (docs/sweeps.md, "Resume").
+pub fn plan(dir: &SweepDir, points: &[Point], retry_failed: bool) -> Plan {
+    let mut p = Plan::default();
+    for (i, pt) in points.iter().enumerate() {
+        match dir.read(&pt.id) {
+            Ok(Some(r)) if r.status == Status::Done => p.done.push(i),
+            Ok(Some(_)) => {
+                p.failed.push(i);
+                if retry_failed {
+                    p.todo.push(i);
+                }
+            }
+            Ok(None) => p.todo.push(i),
+            Err(e) => {
+                p.unreadable.push((i, e.to_string()));
+                p.todo.push(i);
+            }
+        }
+    }
+    p
+}
+
 /// Runs `grid` into directory `root` (docs/sweeps.md): prepares the directory, skips the points
 /// that have a record (failed ones too unless `retry_failed`), runs the others on `jobs` threads
 /// and records each as it finishes.
 pub fn sweep(grid: &Grid, root: &Path, opts: &Options) -> Result<Summary> {
     let dir = SweepDir::prepare(root, &Manifest::from_grid(grid), Some(&grid.text), opts.force)?;
+    let plan = plan(&dir, &grid.points, opts.retry_failed);
     let mut states = vec![State::Pending; grid.points.len()];
-    let mut todo = Vec::new();
-    for (i, p) in grid.points.iter().enumerate() {
-        match dir.read(&p.id) {
-            Ok(Some(r)) => {
-                states[i] = if r.status == Status::Done { State::Done } else { State::Failed };
-                if r.status == Status::Failed && opts.retry_failed {
-                    todo.push(i);
-                }
-            }
-            Ok(None) => todo.push(i),
-            Err(e) => {
-                eprintln!("xlate sweep: {e}; running the point again");
-                todo.push(i);
-            }
-        }
+    for &i in &plan.done {
+        states[i] = State::Done;
     }
+    for &i in &plan.failed {
+        states[i] = State::Failed;
+    }
+    for (_, e) in &plan.unreadable {
+        eprintln!("xlate sweep: {e}; running the point again");
+    }
+    let todo = plan.todo;
     let skipped = grid.points.len() - todo.len();
     let jobs = jobs_or_all(opts.jobs).min(todo.len().max(1));
     if opts.progress {
