@@ -250,8 +250,9 @@ fn sweep_local(
 }
 
 /// Prepares `out` for the grid (manifest and grid.toml, as `xlate sweep` does) and returns the
-/// manifest entries of the points to run, as a JSON list: those without a record (or with an
-/// unreadable one), and the failed ones too with `retry_failed`.
+/// manifest entries of the points to run, by the local runner's resume rule ([`runner::plan`]),
+/// as a JSON list: those without a record or with an unreadable one (reported on stderr, as
+/// `xlate sweep` does), and the failed ones too with `retry_failed`.
 #[pyfunction]
 #[pyo3(signature = (text, name, path, out, force=false, retry_failed=false))]
 fn sweep_prepare(
@@ -266,16 +267,12 @@ fn sweep_prepare(
     let prepare = || -> Result<String> {
         let grid = grid_of(text, name, path)?;
         let dir = SweepDir::prepare(Path::new(out), &Manifest::from_grid(&grid), Some(&grid.text), force)?;
-        let pending: Vec<ManifestPoint> = grid
-            .points
-            .iter()
-            .filter(|p| match dir.read(&p.id) {
-                Ok(Some(r)) => retry_failed && r.status == Status::Failed,
-                Ok(None) | Err(_) => true,
-            })
-            .map(ManifestPoint::of)
-            .collect();
-        Ok(serde_json::to_string(&pending).expect("json"))
+        let plan = runner::plan(&dir, &grid.points, retry_failed);
+        for (_, e) in &plan.unreadable {
+            eprintln!("xlate sweep: {e}; running the point again");
+        }
+        let todo: Vec<ManifestPoint> = plan.todo.iter().map(|&i| ManifestPoint::of(&grid.points[i])).collect();
+        Ok(serde_json::to_string(&todo).expect("json"))
     };
     py.allow_threads(prepare).map_err(|e| to_py(py, e))
 }
