@@ -168,7 +168,7 @@ fn write_outputs(runs: &[sim::RunOutput], opts: &RunOpts) -> Result<()> {
         xlate::fsutil::write_atomic(p, (text + "\n").as_bytes())?;
     }
     if let Some(p) = &opts.csv {
-        xlate::fsutil::write_atomic(p, report::csv(runs).as_bytes())?;
+        xlate::fsutil::write_atomic(p, report::csv(runs, opts.preset.as_deref()).as_bytes())?;
     }
     Ok(())
 }
