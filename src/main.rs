@@ -211,6 +211,9 @@ fn run_designs(names: &[String], opts: &RunOpts) -> Result<()> {
         // table (SIGPIPE), and the results must be on disk by then.
         let written = write_outputs(&runs, opts);
         print!("{}", report::table(&runs));
+        for line in runs.iter().filter_map(report::checked_summary) {
+            eprintln!("{line}");
+        }
         written?;
     }
     if let Some(e) = failure {

@@ -242,6 +242,15 @@ pub fn table(runs: &[RunOutput]) -> String {
     out
 }
 
+/// The line `--checked` prints for a run whose checks all passed (a mismatch ends the run with
+/// an error instead); `None` for a run that was not checked.
+pub fn checked_summary(r: &RunOutput) -> Option<String> {
+    r.config
+        .sim
+        .checked
+        .then(|| format!("checked: {} translations of {} agreed with the OS's ground truth (0 mismatches)", r.core.checked, r.design))
+}
+
 /// Config values every CSV row carries (dotted paths into the resolved config), after the
 /// design, workload and preset.
 const CSV_CONFIG: &[&str] = &["seed", "cores", "os.thp", "os.memory", "mmu.l2.entries", "mmu.l2.ways", "sim.max_accesses"];
