@@ -372,3 +372,14 @@ fn checked_run_reports_what_it_compared() {
     assert!(!err.contains("checked:"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// trace-info prints addresses in hex (issue 14).
+#[test]
+fn trace_info_prints_addresses_in_hex() {
+    let t = champsim_trace("hex.champsim", &[(0x1000, 0), (0x7f00_0000_2000, 0x3008)]);
+    let (code, out, err) = xlate(&["trace-info", t.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["min_vaddr"].as_str(), v["max_vaddr"].as_str()), (Some("0x1000"), Some("0x7f0000002000")), "{out}");
+    assert_eq!(v["accesses"], 3);
+}
