@@ -168,7 +168,7 @@ fn write_outputs(runs: &[sim::RunOutput], opts: &RunOpts) -> Result<()> {
         xlate::fsutil::write_atomic(p, (text + "\n").as_bytes())?;
     }
     if let Some(p) = &opts.csv {
-        xlate::fsutil::write_atomic(p, report::csv(runs).as_bytes())?;
+        xlate::fsutil::write_atomic(p, report::csv(runs, opts.preset.as_deref()).as_bytes())?;
     }
     Ok(())
 }
@@ -211,6 +211,9 @@ fn run_designs(names: &[String], opts: &RunOpts) -> Result<()> {
         // table (SIGPIPE), and the results must be on disk by then.
         let written = write_outputs(&runs, opts);
         print!("{}", report::table(&runs));
+        for line in runs.iter().filter_map(report::checked_summary) {
+            eprintln!("{line}");
+        }
         written?;
     }
     if let Some(e) = failure {

@@ -125,6 +125,11 @@ impl Params {
         Ok(Params { workload: entry.name, values })
     }
 
+    /// Every parameter's value (given, else the default), by name.
+    pub fn values(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        self.values.iter().map(|(k, v)| (*k, v.as_str()))
+    }
+
     fn raw(&self, key: &str) -> &str {
         self.values.get(key).map(String::as_str).unwrap_or_else(|| panic!("workload {} reads undeclared parameter {key}", self.workload))
     }
