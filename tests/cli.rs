@@ -413,3 +413,52 @@ fn trace_info_prints_addresses_in_hex() {
     assert_eq!((v["min_vaddr"].as_str(), v["max_vaddr"].as_str()), (Some("0x1000"), Some("0x7f0000002000")), "{out}");
     assert_eq!(v["accesses"], 3);
 }
+
+/// Runs xlate with `args`, sends it SIGINT after `after`, and returns its exit code, stdout,
+/// stderr and how long it took to end after the signal.
+fn interrupted(args: &[&str], after: std::time::Duration) -> (i32, String, String, std::time::Duration) {
+    use std::process::Stdio;
+    let child = Command::new(env!("CARGO_BIN_EXE_xlate")).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(after);
+    let sent = std::time::Instant::now();
+    // SAFETY: signalling our own child, which has not been waited for, so its pid is still its own.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) }, 0);
+    // Pipes are drained while waiting, so a large table cannot block the child.
+    let out = child.wait_with_output().unwrap();
+    let took = sent.elapsed();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        took,
+    )
+}
+
+/// Ctrl-C stops a run within a fraction of a second (the loop looks at it every few thousand
+/// accesses), prints the partial table and exits 130, so scripts do not take it for complete.
+/// The run outlasts the progress bar's 2 s delay: on a pipe no bar (no escape code) appears.
+#[test]
+fn ctrl_c_prints_the_partial_results_and_exits_130() {
+    // 100 M accesses: a minute here, far beyond the signal. A 256 MiB table keeps the setup short.
+    let big = ["--set", "workload.params.table=256M", "--set", "workload.params.updates=50000000"];
+    let run: Vec<&str> = ["run"].iter().chain(&big).copied().collect();
+    let (code, out, err, took) = interrupted(&run, std::time::Duration::from_millis(2500));
+    assert_eq!(code, 130, "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("radix4 (partial)"), "{out}");
+    assert!(took < std::time::Duration::from_secs(3), "stopped {took:?} after Ctrl-C");
+    assert!(!err.contains('\x1b') && !err.contains("accesses/s"), "progress on a pipe: {err:?}");
+    // compare stops at the design it is in and reports it; later designs do not run.
+    let cmp: Vec<&str> = ["compare", "--designs", "radix4,ideal"].iter().chain(&big).copied().collect();
+    let (code, out, err, _) = interrupted(&cmp, std::time::Duration::from_millis(1000));
+    assert_eq!(code, 130, "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("radix4 (partial)") && !out.contains("ideal"), "{out}");
+}
+
+/// Without Ctrl-C the exit code stays 0, and stderr, not a terminal here, has no progress.
+#[test]
+fn no_progress_output_off_a_terminal() {
+    let (code, out, err) = xlate(&["run", "--set", "workload.params.table=64M", "--set", "workload.params.updates=20000"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("radix4"), "{out}");
+    assert!(!err.contains('\x1b') && !err.contains("accesses/s"), "{err:?}");
+}

@@ -203,6 +203,8 @@ pub fn run(study: &Study, extra: &[String], progress: bool) -> Result<StudyOutpu
     let jobs = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(specs.len().max(1));
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results: std::sync::Mutex<Vec<Option<Result<RunOutput>>>> = std::sync::Mutex::new((0..specs.len()).map(|_| None).collect());
+    // The runs' bars share the terminal's last lines and the [k/N] lines scroll above them.
+    let group = sim::progress::Group::new(progress);
     std::thread::scope(|scope| {
         for _ in 0..jobs {
             scope.spawn(|| loop {
@@ -211,11 +213,8 @@ pub fn run(study: &Study, extra: &[String], progress: bool) -> Result<StudyOutpu
                     break;
                 }
                 let (design, cfg) = &cfgs[i];
-                if progress {
-                    eprintln!("[{}/{}] {} ({})", i + 1, specs.len(), specs[i].key, specs[i].design);
-                }
-                // One progress bar at a time: only when the runs are not in parallel.
-                let r = sim::run(design, cfg, &[], progress && jobs == 1);
+                group.println(&format!("[{}/{}] {} ({})", i + 1, specs.len(), specs[i].key, specs[i].design));
+                let r = sim::run(design, cfg, &[], group.show(format!("[{}/{}] {}", i + 1, specs.len(), specs[i].key)));
                 let failed = r.is_err();
                 results.lock().expect("no run panicked holding the lock")[i] = Some(r);
                 if failed {

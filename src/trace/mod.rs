@@ -31,6 +31,15 @@ pub trait AccessSource {
     fn total_instrs(&self) -> Option<u64> {
         None
     }
+    /// Total accesses if known before reading them (native header); for progress displays.
+    fn total_accesses(&self) -> Option<u64> {
+        None
+    }
+    /// (bytes of its file read so far, the file's size) if the source reads a file of known
+    /// size; for progress displays when [`AccessSource::total_accesses`] is unknown.
+    fn bytes_read(&self) -> Option<(u64, u64)> {
+        None
+    }
     /// Threads (separate access streams of one address space) produced so far, numbered from 0.
     /// Files hold one stream; a traced program ([`qemu::Tracer`]) starts with one and grows as it
     /// starts threads, so a consumer checks again after each [`AccessSource::fill_thread`].

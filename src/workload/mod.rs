@@ -47,6 +47,11 @@ pub trait Workload {
     /// Writes the next accesses of `thread` into `buf` and returns how many; 0 means the thread is
     /// done. May map or unmap memory through `vm` as the program would.
     fn fill(&mut self, thread: usize, buf: &mut [Access], vm: &mut dyn Vm) -> Result<usize>;
+    /// The accesses `fill` will produce in all, if known before running (for progress displays;
+    /// most graph and application workloads only know when they are done).
+    fn total_accesses(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// One documented parameter of a workload.
