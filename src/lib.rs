@@ -20,6 +20,7 @@ pub mod report;
 pub mod reproduce;
 pub mod rng;
 pub mod sim;
+pub mod sweep;
 pub mod tapi;
 pub mod timing;
 pub mod trace;

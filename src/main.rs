@@ -110,7 +110,16 @@ enum Cmd {
         /// No progress display.
         #[arg(long, short)]
         quiet: bool,
+        /// Record every run in this sweep directory; a rerun resumes (docs/sweeps.md).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// With --out: take over a directory that holds other runs.
+        #[arg(long, requires = "out")]
+        force: bool,
     },
+    /// Run a grid of points in parallel, recording each as it finishes; rerunning resumes
+    /// (docs/sweeps.md). Exit status 0: every point done; 1: some failed; 130: interrupted.
+    Sweep(SweepArgs),
     /// Summarize a trace file.
     TraceInfo {
         /// The trace.
@@ -147,6 +156,63 @@ enum Cmd {
         #[arg(long, short)]
         quiet: bool,
     },
+}
+
+#[derive(Args)]
+struct SweepArgs {
+    /// The grid file (TOML; docs/sweeps.md).
+    #[arg(required_unless_present_any = ["status", "export"], conflicts_with_all = ["status", "export"])]
+    grid: Option<PathBuf>,
+    /// Directory of the records (created; a rerun skips the points recorded there).
+    #[arg(long, short, value_name = "DIR", required_unless_present_any = ["status", "export"])]
+    out: Option<PathBuf>,
+    /// Points run at a time (default: every core).
+    #[arg(long, short)]
+    jobs: Option<usize>,
+    /// Run the points recorded as failed again.
+    #[arg(long)]
+    retry_failed: bool,
+    /// Make this grid the directory's even if it holds another sweep (shared points are kept).
+    #[arg(long)]
+    force: bool,
+    /// No line per finished point.
+    #[arg(long, short)]
+    quiet: bool,
+    /// Print the done / failed / pending points of a sweep directory.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["export", "out"])]
+    status: Option<PathBuf>,
+    /// Export a sweep directory's points (with --csv).
+    #[arg(long, value_name = "DIR", requires = "csv", conflicts_with = "out")]
+    export: Option<PathBuf>,
+    /// With --export: the CSV file to write (one row per point).
+    #[arg(long, requires = "export")]
+    csv: Option<PathBuf>,
+}
+
+/// `xlate sweep`: exits 1 if points failed, 130 if interrupted (after printing the summary).
+fn sweep_cmd(a: SweepArgs) -> Result<()> {
+    use xlate::sweep;
+    if let Some(dir) = a.status {
+        print!("{}", sweep::export::status(&dir)?);
+        return Ok(());
+    }
+    if let (Some(dir), Some(csv)) = (a.export, a.csv) {
+        let text = sweep::export::csv(&dir)?;
+        xlate::fsutil::write_atomic(&csv, text.as_bytes())?;
+        println!("wrote {} rows to {}", text.lines().count().saturating_sub(1), csv.display());
+        return Ok(());
+    }
+    let (Some(grid), Some(out)) = (a.grid, a.out) else { unreachable!("clap requires a grid and --out") };
+    let grid = sweep::Grid::from_file(&grid)?;
+    let opts = sweep::Options { jobs: a.jobs.unwrap_or(0), retry_failed: a.retry_failed, force: a.force, progress: !a.quiet };
+    let summary = sweep::runner::sweep(&grid, &out, &opts)?;
+    println!("xlate sweep: {summary}");
+    let code = summary.exit_code();
+    if code != 0 {
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+        std::process::exit(code.into());
+    }
+    Ok(())
 }
 
 fn layers(opts: &RunOpts) -> Result<Layers> {
@@ -407,7 +473,10 @@ fn catch_ctrl_c() {
 
 fn real_main() -> Result<()> {
     let cli = Cli::parse();
-    if matches!(cli.cmd, Cmd::Run { .. } | Cmd::Compare { .. } | Cmd::Reproduce { .. } | Cmd::Trace { .. } | Cmd::TraceConvert { .. }) {
+    if matches!(
+        cli.cmd,
+        Cmd::Run { .. } | Cmd::Compare { .. } | Cmd::Reproduce { .. } | Cmd::Sweep(_) | Cmd::Trace { .. } | Cmd::TraceConvert { .. }
+    ) {
         catch_ctrl_c();
     }
     match cli.cmd {
@@ -440,14 +509,19 @@ fn real_main() -> Result<()> {
             Ok(())
         }
         Cmd::Bench { accesses } => bench(accesses),
-        Cmd::Reproduce { study, list, sets, json, quiet } => {
+        Cmd::Reproduce { study, list, sets, json, quiet, out, force } => {
             if list {
                 for s in xlate::reproduce::STUDIES {
                     println!("{:<10} {}", s.name, s.description);
                 }
                 return Ok(());
             }
-            let out = xlate::reproduce::run(xlate::reproduce::lookup(&study)?, &sets, !quiet)?;
+            let dir = out;
+            let out = xlate::reproduce::run_in(xlate::reproduce::lookup(&study)?, &sets, !quiet, dir.as_deref(), force)?;
+            if let Some(d) = &dir {
+                let text = serde_json::to_string_pretty(&out.json).expect("json") + "\n";
+                xlate::fsutil::write_atomic(&d.join("study.json"), text.as_bytes())?;
+            }
             // Files first, as for `run` (see `run_designs`).
             let written = match json {
                 Some(p) => xlate::fsutil::write_atomic(&p, (serde_json::to_string_pretty(&out.json).expect("json") + "\n").as_bytes()),
@@ -456,6 +530,7 @@ fn real_main() -> Result<()> {
             print!("{}", out.table);
             written
         }
+        Cmd::Sweep(a) => sweep_cmd(a),
         Cmd::Trace { out, fetches, max_accesses, quiet, program } => trace_program(out, fetches, max_accesses, program, quiet),
         Cmd::TraceInfo { file, limit } => {
             let mut src = trace::open(&file)?;

@@ -73,6 +73,32 @@ fn errors_name_the_culprit() {
     );
 }
 
+/// Issue 14, item 8: a thrashing run goes on but says so on stderr, once.
+#[test]
+fn thrashing_runs_say_so() {
+    let args = [
+        "run",
+        "--set",
+        "os.thp=always",
+        "--set",
+        "os.memory=256M",
+        "--set",
+        "os.swap.enabled=true",
+        "--set",
+        "workload.params.table=1G",
+        "--set",
+        "workload.params.updates=10000",
+        "--set",
+        "workload.params.populate=false",
+        "-q",
+    ];
+    let (code, out, err) = xlate(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("swap_outs"), "{out}");
+    assert_eq!(err.matches("warning: the simulated OS has swapped out").count(), 1, "{err}");
+    assert!(err.contains("per access") && err.contains("raise os.memory"), "{err}");
+}
+
 #[test]
 fn bad_traces() {
     let dir = std::env::temp_dir().join(format!("xlate-cli-trace-{}", std::process::id()));

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 /// Layers, lowest first; modules on one line are siblings and may not import each other.
 /// `error` and `rng` are utilities every layer may use; `fsutil` (writing output files) uses
-/// only `error`; `fuzz` (the fuzz harness) drives everything and sits on top.
+/// only `error`; `fuzz` (the fuzz harness) drives everything and sits on top. `sweep` (grids,
+/// records, the parallel runner) sits under `reproduce`, whose studies run on its runner.
 const LAYERS: &[&[&str]] = &[
     &["error", "rng"],
     &["fsutil"],
@@ -22,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["timing"],
     &["sim"],
     &["report"],
+    &["sweep"],
     &["reproduce"],
     &["fuzz"],
 ];

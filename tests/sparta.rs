@@ -80,7 +80,7 @@ fn copy_on_write_copies_stay_in_their_partition() {
         assert!(r.os.cow_shared_pages > 0);
     }
     let cfg = config("dipta", &sets(&w));
-    let e = xlate::sim::run(xlate::arch::lookup("dipta").unwrap(), &cfg, &[], false).err().expect("DIPTA refuses to share a frame");
+    let e = xlate::sim::run(xlate::arch::lookup("dipta").unwrap(), &cfg, &[], false).expect_err("DIPTA refuses to share a frame");
     assert!(e.to_string().contains("copy-on-write"), "{e}");
 }
 

@@ -81,7 +81,7 @@ pub struct CacheResult {
 }
 
 /// Demand-access counters of one cache level (or of one level summed over cores).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CacheStats {
     /// Data references looked up.
     pub data_accesses: u64,

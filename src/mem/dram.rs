@@ -165,7 +165,7 @@ impl DramConfig {
 }
 
 /// DRAM counters, each split data / translation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DramStats {
     /// Line reads (cache fills) for data.
     pub data_reads: u64,

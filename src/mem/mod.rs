@@ -112,7 +112,7 @@ impl MemConfig {
 }
 
 /// Counters of the whole hierarchy (private levels summed over cores).
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MemStats {
     /// L1D demand accesses, summed over cores.
     pub l1d: CacheStats,

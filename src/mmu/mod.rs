@@ -86,7 +86,7 @@ impl MmuConfig {
 }
 
 /// Per-core TLB statistics.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TlbStats {
     /// L1 D-TLB lookups / misses.
     pub l1d_lookups: u64,
@@ -127,13 +127,14 @@ fn hist_quantile(hist: &[u64; LAT_BUCKETS + 1], n: u64, q: f64) -> u64 {
 }
 
 /// Walker statistics.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WalkStats {
     /// Walks started.
     pub walks: u64,
     /// Sum of critical-path walk latencies (cycles).
     pub latency_sum: u64,
     /// Latency histogram.
+    #[serde(with = "hist_serde")]
     pub hist: Box<[u64; LAT_BUCKETS + 1]>,
     /// References issued.
     pub refs: u64,
@@ -148,11 +149,31 @@ pub struct WalkStats {
     /// Critical-path cycles of 2-D walk steps whose slowest needed reference was a host one.
     pub host_latency_sum: u64,
     /// Histogram of those cycles per walk (the host part of each 2-D walk; 0 natively).
+    #[serde(with = "hist_serde")]
     pub host_hist: Box<[u64; LAT_BUCKETS + 1]>,
     /// Walk-cache hits / misses.
     pub wc_hits: u64,
     /// Walk-cache misses.
     pub wc_misses: u64,
+}
+
+/// Serde for a latency histogram (`Box<[u64; LAT_BUCKETS + 1]>`): a sequence of its buckets
+/// (serde derives arrays only up to 32 elements).
+mod hist_serde {
+    use super::LAT_BUCKETS;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(h: &[u64; LAT_BUCKETS + 1], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(h.iter())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Box<[u64; LAT_BUCKETS + 1]>, D::Error> {
+        let v = Vec::<u64>::deserialize(d)?;
+        let n = v.len();
+        v.into_boxed_slice()
+            .try_into()
+            .map_err(|_| serde::de::Error::custom(format!("a latency histogram has {} buckets, found {n}", LAT_BUCKETS + 1)))
+    }
 }
 
 impl Default for WalkStats {

@@ -64,7 +64,7 @@ impl Vma {
 }
 
 /// Page faults by kind, and related OS events.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OsStats {
     /// Faults that mapped a 4 KiB anonymous page.
     pub faults_4k: u64,

@@ -270,7 +270,7 @@ fn workload_params(r: &RunOutput) -> Vec<(String, String)> {
 
 /// One CSV field (RFC 4180): quoted, with its quotes doubled, only if it holds a comma, a quote
 /// or a line break.
-fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
+pub fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\"")).into()
     } else {

@@ -10,13 +10,14 @@ pub mod et;
 pub mod sparta;
 pub mod utopia;
 
-use crate::arch;
-use crate::config::Layers;
 use crate::error::{Error, Result};
 use crate::report;
-use crate::sim::{self, RunOutput};
+use crate::sim::RunOutput;
+use crate::sweep::{self, Point};
 use serde_json::json;
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
 
 /// One simulation a study needs.
 pub struct RunSpec {
@@ -192,47 +193,14 @@ pub struct StudyOutput {
 /// numbers do not depend on the order); Ctrl-C stops scheduling new ones and the findings whose
 /// runs finished are reported.
 pub fn run(study: &Study, extra: &[String], progress: bool) -> Result<StudyOutput> {
-    let specs = (study.runs)();
-    let mut cfgs = Vec::with_capacity(specs.len());
-    for spec in &specs {
-        let design = arch::lookup(spec.design)?;
-        let mut sets = spec.sets.clone();
-        sets.extend(extra.iter().cloned());
-        cfgs.push((design, Layers { preset: Some(study.preset.into()), file: None, sets }.resolve(Some(design))?));
-    }
-    let jobs = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(specs.len().max(1));
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: std::sync::Mutex<Vec<Option<Result<RunOutput>>>> = std::sync::Mutex::new((0..specs.len()).map(|_| None).collect());
-    // The runs' bars share the terminal's last lines and the [k/N] lines scroll above them.
-    let group = sim::progress::Group::new(progress);
-    std::thread::scope(|scope| {
-        for _ in 0..jobs {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if i >= specs.len() || sim::INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed) {
-                    break;
-                }
-                let (design, cfg) = &cfgs[i];
-                group.println(&format!("[{}/{}] {} ({})", i + 1, specs.len(), specs[i].key, specs[i].design));
-                let r = sim::run(design, cfg, &[], group.show(format!("[{}/{}] {}", i + 1, specs.len(), specs[i].key)));
-                let failed = r.is_err();
-                results.lock().expect("no run panicked holding the lock")[i] = Some(r);
-                if failed {
-                    break;
-                }
-            });
-        }
-    });
-    let mut done: BTreeMap<String, RunOutput> = BTreeMap::new();
-    for (spec, r) in specs.iter().zip(results.into_inner().expect("no run panicked holding the lock")) {
-        match r {
-            Some(Ok(r)) if !r.interrupted => {
-                done.insert(spec.key.clone(), r);
-            }
-            Some(Err(e)) => return Err(e),
-            _ => {}
-        }
-    }
+    run_in(study, extra, progress, None, false)
+}
+
+/// Like [`run`], with the runs recorded in sweep directory `out` (docs/sweeps.md): runs that
+/// have a record there are not run again, so an interrupted study resumes. `force` takes over a
+/// directory that holds other runs (another study or other `extra` settings).
+pub fn run_in(study: &Study, extra: &[String], progress: bool, out: Option<&Path>, force: bool) -> Result<StudyOutput> {
+    let done = study_runs(study, extra, progress, out, force)?;
     let (table, items) = findings_table(study, &(study.findings)(), &done);
     let runs_json: Vec<serde_json::Value> = done.values().map(report::json).collect();
     Ok(StudyOutput { table, json: json!({"study": study.name, "findings": items, "runs": runs_json}) })
@@ -277,9 +245,127 @@ fn findings_table(study: &Study, findings: &[Finding], done: &BTreeMap<String, R
     (table, items)
 }
 
+/// The study's runs, by key: run on the sweep runner's executor (panics caught, Ctrl-C stops
+/// the scheduling), from and into records in `out` if given. Runs with the same resolved
+/// configuration (the same point id) run once. A failed run is an error (the first in study
+/// order); without `out` the first failure stops the scheduling.
+fn study_runs(study: &Study, extra: &[String], progress: bool, out: Option<&Path>, force: bool) -> Result<BTreeMap<String, RunOutput>> {
+    let specs = (study.runs)();
+    let mut points: Vec<Point> = Vec::new();
+    let mut labels: Vec<Vec<&str>> = Vec::new();
+    // The point of each spec.
+    let mut of_spec = Vec::with_capacity(specs.len());
+    for spec in &specs {
+        let mut sets = spec.sets.clone();
+        sets.extend(extra.iter().cloned());
+        let swept = sweep::grid::swept_of_sets(&sets);
+        let p = Point::new(spec.design, Some(study.preset), sets, swept)?;
+        match points.iter().position(|q| q.id == p.id) {
+            Some(j) => {
+                labels[j].push(&spec.key);
+                of_spec.push(j);
+            }
+            None => {
+                of_spec.push(points.len());
+                labels.push(vec![&spec.key]);
+                points.push(p);
+            }
+        }
+    }
+    let mut results: Vec<Option<RunOutput>> = vec![None; points.len()];
+    let dir = match out {
+        Some(root) => {
+            let mut m = sweep::Manifest::new(format!("xlate reproduce {}", study.name), &points, Vec::new());
+            m.swept_keys = sweep::grid::swept_keys(&points);
+            for (mp, l) in m.points.iter_mut().zip(&labels) {
+                mp.label = Some(l.join(","));
+            }
+            let d = sweep::SweepDir::prepare(root, &m, None, force)?;
+            for (j, p) in points.iter().enumerate() {
+                // A failed or unreadable record runs again.
+                if let Ok(Some(rec)) = d.read(&p.id) {
+                    if rec.status == sweep::Status::Done {
+                        results[j] = rec.run;
+                    }
+                }
+            }
+            Some(d)
+        }
+        None => None,
+    };
+    let todo: Vec<usize> = (0..points.len()).filter(|&j| results[j].is_none()).collect();
+    if progress && todo.len() < points.len() {
+        eprintln!(
+            "xlate reproduce: {} of {} runs already recorded in {}",
+            points.len() - todo.len(),
+            points.len(),
+            out.map(|p| p.display().to_string()).unwrap_or_default()
+        );
+    }
+    let jobs = sweep::runner::jobs_or_all(0).min(todo.len().max(1));
+    let results = Mutex::new(results);
+    let failures: Mutex<Vec<Option<sweep::PointError>>> = Mutex::new((0..points.len()).map(|_| None).collect());
+    let write_error: Mutex<Option<Error>> = Mutex::new(None);
+    sweep::runner::execute(
+        todo.len(),
+        jobs,
+        |k| {
+            let j = todo[k];
+            if progress {
+                let i = of_spec.iter().position(|&x| x == j).expect("every point has a spec");
+                eprintln!("[{}/{}] {} ({})", i + 1, specs.len(), specs[i].key, specs[i].design);
+            }
+            // One progress bar at a time: only when the runs are not in parallel.
+            points[j].run(progress && jobs == 1)
+        },
+        |k, outcome, _| {
+            let j = todo[k];
+            if let Some(d) = &dir {
+                if let Some(rec) = sweep::Record::from_outcome(&points[j], &outcome) {
+                    if let Err(e) = d.write(&rec) {
+                        write_error.lock().expect("lock").get_or_insert(e);
+                        return false;
+                    }
+                }
+            }
+            match outcome {
+                sweep::Outcome::Done(r) => results.lock().expect("lock")[j] = Some(*r),
+                sweep::Outcome::Failed(e) => {
+                    failures.lock().expect("lock")[j] = Some(e);
+                    // Without records, the study fails anyway: stop scheduling.
+                    return dir.is_some();
+                }
+                sweep::Outcome::Interrupted => {}
+            }
+            true
+        },
+    );
+    if let Some(e) = write_error.into_inner().expect("lock") {
+        return Err(e);
+    }
+    let mut failures = failures.into_inner().expect("lock");
+    let results = results.into_inner().expect("lock");
+    let mut done: BTreeMap<String, RunOutput> = BTreeMap::new();
+    for (spec, &j) in specs.iter().zip(&of_spec) {
+        match failures[j].take() {
+            Some(sweep::PointError::Error(e)) => return Err(e),
+            Some(p @ sweep::PointError::Panic(_)) => {
+                return Err(Error::Workload { name: format!("{} ({})", spec.key, spec.design), msg: p.to_string() })
+            }
+            None => {}
+        }
+        if let Some(r) = &results[j] {
+            done.insert(spec.key.clone(), r.clone());
+        }
+    }
+    Ok(done)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arch;
+    use crate::config::Layers;
 
     /// Every run of every study names a design that exists and settings that resolve, and every
     /// finding has a paper value or says why not; a renamed design or key fails here, not in a

@@ -42,7 +42,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// Counters of an accelerator run (docs/results-schema.md, `accel`).
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AccelStats {
     /// Accelerators.
     pub accelerators: u64,
@@ -312,6 +312,7 @@ fn access_loop<D: Driver>(
     show_progress: &super::Show,
 ) -> Result<bool> {
     let mut progress = progress::Progress::new(show_progress, design, run_total(sources, cfg.sim.max_accesses));
+    let mut runaway = super::runaway::Runaway::default();
     let limit = if cfg.sim.max_accesses == 0 { u64::MAX } else { cfg.sim.max_accesses };
     let mut total = 0u64;
     let mut next_check = 0;
@@ -397,6 +398,7 @@ fn access_loop<D: Driver>(
         if total >= next_check || n == 0 {
             next_check = total + CHECK_EVERY;
             progress.update(total, || input_bytes(sources));
+            runaway.check(total, &m.os.stats, cfg.os.memory, cfg.os.thp);
             if INTERRUPTED.load(Ordering::Relaxed) {
                 return Ok(true);
             }

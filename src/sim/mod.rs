@@ -13,6 +13,7 @@
 
 pub mod accel;
 pub mod progress;
+pub mod runaway;
 
 pub use progress::Show;
 
@@ -49,7 +50,7 @@ const CHECK_EVERY: u64 = 4096;
 const IDLE_CYCLES: f64 = 1000.0;
 
 /// Per-core counters.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CoreStats {
     /// Accesses simulated.
     pub accesses: u64,
@@ -143,7 +144,9 @@ impl Sampler {
     }
 }
 
-/// What a run produced.
+/// What a run produced. Serializes with serde (sweep records store it, docs/sweeps.md); every
+/// field round-trips exactly through JSON.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunOutput {
     /// Design name.
     pub design: String,
@@ -453,6 +456,7 @@ fn access_loop<D: Driver, M: Mode>(
     show_progress: &Show,
 ) -> Result<bool> {
     let mut progress = progress::Progress::new(show_progress, design, run_total(sources, cfg.sim.max_accesses));
+    let mut runaway = runaway::Runaway::default();
     let mut total: u64 = 0;
     let mut next_check = 0;
     let mut next_epoch = cfg.sim.epoch_accesses;
@@ -540,6 +544,7 @@ fn access_loop<D: Driver, M: Mode>(
         if total >= next_check || n == 0 {
             next_check = total + CHECK_EVERY;
             progress.update(total, || input_bytes(sources));
+            runaway.check(total, &eng.os.stats, cfg.os.memory, cfg.os.thp);
             if INTERRUPTED.load(Ordering::Relaxed) {
                 return Ok(true);
             }

@@ -79,12 +79,15 @@ const PATHS: usize = Path::ALL.len();
 const EVENTS: usize = 5;
 
 /// Counters of OS work: `[path][func][event]`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OsCost {
     counts: [[[u64; EVENTS]; FUNCS]; PATHS],
     /// Latencies the OS waits for that are not counted events (page-copy DMA, swap I/O), per path.
     fixed: [u64; PATHS],
+    // Transient: which path and function work is being charged to right now.
+    #[serde(skip)]
     path: Option<Path>,
+    #[serde(skip)]
     func: Option<Func>,
 }
 
