@@ -26,7 +26,7 @@
 //! each latency — what the same access would not have waited with ideal translation — is
 //! counted apart, so one run reports its own translation overhead and fraction of ideal.
 
-use super::{input_bytes, progress, refill, run_total, spawn, RunOutput, Source, Stream, CHECK_EVERY, CHUNK, INTERRUPTED};
+use super::{input_bytes, progress, refill, run_total, spawn, RunOutput, Source, Stream, CHUNK, INTERRUPTED};
 use crate::arch::Design;
 use crate::config::accel::{CacheKind, WalkModel};
 use crate::config::Config;
@@ -315,7 +315,6 @@ fn access_loop<D: Driver>(
     let mut runaway = super::runaway::Runaway::default();
     let limit = if cfg.sim.max_accesses == 0 { u64::MAX } else { cfg.sim.max_accesses };
     let mut total = 0u64;
-    let mut next_check = 0;
     let mut next_epoch = cfg.sim.epoch_accesses;
     let mut warm = cfg.sim.warmup_accesses == 0;
     let ms_per_cycle = 1.0 / (cfg.accel.ghz * 1e6);
@@ -394,14 +393,11 @@ fn access_loop<D: Driver>(
             m.os.tick(now * ms_per_cycle * cfg.os.time_scale)?;
             m.apply_shootdowns(agents);
         }
-        // As in the core loop (`CHECK_EVERY`).
-        if total >= next_check || n == 0 {
-            next_check = total + CHECK_EVERY;
-            progress.update(total, || input_bytes(sources));
-            runaway.check(total, &m.os.stats, cfg.os.memory, cfg.os.thp);
-            if INTERRUPTED.load(Ordering::Relaxed) {
-                return Ok(true);
-            }
+        // After each chunk, as in the core loop (`CHUNK`).
+        progress.update(total, || input_bytes(sources));
+        runaway.check(total, &m.os.stats, cfg.os.memory, cfg.os.thp);
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            return Ok(true);
         }
         if total >= limit {
             break;

@@ -34,18 +34,16 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-/// Set by the Ctrl-C handler: the run stops within [`CHECK_EVERY`] accesses and reports what it
-/// has.
+/// Set by the Ctrl-C handler: the run stops after the chunk ([`CHUNK`] accesses) it is in and
+/// reports what it has.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 /// Accesses fetched from a producer at a time.
 const BATCH: usize = 4096;
-/// Accesses a core runs before the scheduler picks the core furthest behind again.
+/// Accesses a core runs before the scheduler picks the core furthest behind again. Ctrl-C and
+/// the progress bar are looked at after each chunk, not per access (at ~0.1 M accesses/s, the
+/// slowest configs, a chunk takes ~3 ms; an epoch, 2^20 accesses, would take ~10 s).
 const CHUNK: usize = 256;
-/// Accesses between looks at Ctrl-C and the progress bar, between chunks (not per access, to keep
-/// the per-access path free of it). The slowest configs run ~0.1 M accesses/s, so Ctrl-C acts
-/// within ~40 ms; epochs (`sim.epoch_accesses`, 2^20) would be ~10 s there.
-const CHECK_EVERY: u64 = 4096;
 /// How far past the next core a core whose only runnable thread is stalled moves its clock.
 const IDLE_CYCLES: f64 = 1000.0;
 
@@ -458,7 +456,6 @@ fn access_loop<D: Driver, M: Mode>(
     let mut progress = progress::Progress::new(show_progress, design, run_total(sources, cfg.sim.max_accesses));
     let mut runaway = runaway::Runaway::default();
     let mut total: u64 = 0;
-    let mut next_check = 0;
     let mut next_epoch = cfg.sim.epoch_accesses;
     let mut warm = cfg.sim.warmup_accesses == 0;
     let limit = if cfg.sim.max_accesses == 0 { u64::MAX } else { cfg.sim.max_accesses };
@@ -540,14 +537,10 @@ fn access_loop<D: Driver, M: Mode>(
             cores[0].stats.os_cycles += eng.os.cycles(OsPath::Promote) - before;
             apply_shootdowns(&mut eng.os, cores, &mut eng.mem);
         }
-        // Also when the chunk ran nothing (stalled threads): the count may not move for a while.
-        if total >= next_check || n == 0 {
-            next_check = total + CHECK_EVERY;
-            progress.update(total, || input_bytes(sources));
-            runaway.check(total, &eng.os.stats, cfg.os.memory, cfg.os.thp);
-            if INTERRUPTED.load(Ordering::Relaxed) {
-                return Ok(true);
-            }
+        progress.update(total, || input_bytes(sources));
+        runaway.check(total, &eng.os.stats, cfg.os.memory, cfg.os.thp);
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            return Ok(true);
         }
         if total >= limit {
             break;

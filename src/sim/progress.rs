@@ -138,6 +138,15 @@ impl Progress {
     /// is called only for a [`Total::Bytes`] display, when the bar is fed.
     #[inline]
     pub fn update(&mut self, done: u64, input: impl FnOnce() -> (u64, u64)) {
+        if self.bar.is_some() {
+            self.feed(done, input);
+        }
+    }
+
+    /// [`Progress::update`] when enabled: kept out of line so the access loop it is called from
+    /// carries only the test above.
+    #[inline(never)]
+    fn feed(&mut self, done: u64, input: impl FnOnce() -> (u64, u64)) {
         let Some(bar) = &self.bar else { return };
         let now = Instant::now();
         if now < self.next_feed {
