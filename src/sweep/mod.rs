@@ -9,6 +9,7 @@
 //! The public API a binding (Python, a distributed engine) builds on, smallest first:
 //! - [`Grid::from_file`] / [`Grid::parse`]: the points of a grid, in grid order, with ids;
 //!   [`Point::new`] builds one point without a grid file.
+//! - [`runner::plan`]: which points of a directory are left to run (the resume rule).
 //! - [`runner::run_point`]: runs one point (panics caught) to an [`Outcome`];
 //!   [`Record::from_outcome`] turns it into the record to store.
 //! - [`SweepDir`]: a sweep directory — [`SweepDir::prepare`] (manifest, grid copy, identity

@@ -194,28 +194,59 @@ enum State {
     Pending,
 }
 
+/// What a sweep of `points` into a directory has left to do (the resume rule, shared by every
+/// engine): indices into `points`.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// To run, in grid order: no record, an unreadable one, or (with `retry_failed`) a failed one.
+    pub todo: Vec<usize>,
+    /// Recorded done.
+    pub done: Vec<usize>,
+    /// Recorded failed (also in `todo` with `retry_failed`).
+    pub failed: Vec<usize>,
+    /// Records that could not be read, with why (also in `todo`).
+    pub unreadable: Vec<(usize, String)>,
+}
+
+/// Which of `points` a sweep into `dir` runs (docs/sweeps.md, "Resume").
+pub fn plan(dir: &SweepDir, points: &[Point], retry_failed: bool) -> Plan {
+    let mut p = Plan::default();
+    for (i, pt) in points.iter().enumerate() {
+        match dir.read(&pt.id) {
+            Ok(Some(r)) if r.status == Status::Done => p.done.push(i),
+            Ok(Some(_)) => {
+                p.failed.push(i);
+                if retry_failed {
+                    p.todo.push(i);
+                }
+            }
+            Ok(None) => p.todo.push(i),
+            Err(e) => {
+                p.unreadable.push((i, e.to_string()));
+                p.todo.push(i);
+            }
+        }
+    }
+    p
+}
+
 /// Runs `grid` into directory `root` (docs/sweeps.md): prepares the directory, skips the points
 /// that have a record (failed ones too unless `retry_failed`), runs the others on `jobs` threads
 /// and records each as it finishes.
 pub fn sweep(grid: &Grid, root: &Path, opts: &Options) -> Result<Summary> {
     let dir = SweepDir::prepare(root, &Manifest::from_grid(grid), Some(&grid.text), opts.force)?;
+    let plan = plan(&dir, &grid.points, opts.retry_failed);
     let mut states = vec![State::Pending; grid.points.len()];
-    let mut todo = Vec::new();
-    for (i, p) in grid.points.iter().enumerate() {
-        match dir.read(&p.id) {
-            Ok(Some(r)) => {
-                states[i] = if r.status == Status::Done { State::Done } else { State::Failed };
-                if r.status == Status::Failed && opts.retry_failed {
-                    todo.push(i);
-                }
-            }
-            Ok(None) => todo.push(i),
-            Err(e) => {
-                eprintln!("xlate sweep: {e}; running the point again");
-                todo.push(i);
-            }
-        }
+    for &i in &plan.done {
+        states[i] = State::Done;
     }
+    for &i in &plan.failed {
+        states[i] = State::Failed;
+    }
+    for (_, e) in &plan.unreadable {
+        eprintln!("xlate sweep: {e}; running the point again");
+    }
+    let todo = plan.todo;
     let skipped = grid.points.len() - todo.len();
     let jobs = jobs_or_all(opts.jobs).min(todo.len().max(1));
     if opts.progress {
@@ -272,4 +303,58 @@ pub fn sweep(grid: &Grid, root: &Path, opts: &Options) -> Result<Summary> {
         skipped,
         interrupted: pending > 0 && INTERRUPTED.load(Ordering::Relaxed),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A panic or an error in one point is that point's outcome; every other point still runs.
+    #[test]
+    fn panics_and_errors_are_outcomes_of_their_point() {
+        let seen = Mutex::new(Vec::new());
+        execute(
+            5,
+            2,
+            |i| match i {
+                1 => panic!("point {i} blew up"),
+                3 => Err(Error::config("sim.test", "bad")),
+                _ => Ok(RunOutput { cycles: i as f64, ..RunOutput::default() }),
+            },
+            |i, o, _| {
+                let what = match o {
+                    Outcome::Done(r) => format!("done {}", r.cycles),
+                    Outcome::Failed(e) => format!("failed {e}"),
+                    Outcome::Interrupted => "interrupted".into(),
+                };
+                seen.lock().unwrap().push((i, what));
+                true
+            },
+        );
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort();
+        assert_eq!(seen.len(), 5);
+        assert_eq!(seen[0].1, "done 0");
+        assert!(seen[1].1.starts_with("failed the simulator panicked") && seen[1].1.ends_with("point 1 blew up"), "{}", seen[1].1);
+        assert_eq!(seen[3].1, "failed config key `sim.test`: bad");
+        assert_eq!(seen[4].1, "done 4");
+        // An interrupted run is its own outcome (not recorded).
+        assert!(matches!(guarded(|| Ok(RunOutput { interrupted: true, ..RunOutput::default() })), Outcome::Interrupted));
+    }
+
+    /// `done` returning false stops the scheduling (a record that cannot be written).
+    #[test]
+    fn done_can_stop_the_scheduling() {
+        let ran = AtomicUsize::new(0);
+        execute(
+            100,
+            1,
+            |_| {
+                ran.fetch_add(1, Ordering::Relaxed);
+                Ok(RunOutput::default())
+            },
+            |i, _, _| i < 2,
+        );
+        assert_eq!(ran.into_inner(), 3);
+    }
 }
