@@ -3,8 +3,10 @@
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::Ordering;
 use xlate::config::{self, Layers};
 use xlate::error::{Error, Result};
+use xlate::sim::progress::{Progress, Show, Total};
 use xlate::{arch, report, sim, trace, workload};
 
 #[derive(Parser)]
@@ -137,6 +139,9 @@ enum Cmd {
         /// Stop the program after this many accesses (bounds the file: under 1 byte per access).
         #[arg(long, default_value_t = 200_000_000)]
         max_accesses: u64,
+        /// No progress display.
+        #[arg(long, short)]
+        quiet: bool,
         /// The program and its arguments.
         #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
         program: Vec<String>,
@@ -147,6 +152,9 @@ enum Cmd {
         input: PathBuf,
         /// Output trace.
         output: PathBuf,
+        /// No progress display.
+        #[arg(long, short)]
+        quiet: bool,
     },
 }
 
@@ -234,7 +242,7 @@ fn write_outputs(runs: &[sim::RunOutput], opts: &RunOpts) -> Result<()> {
         xlate::fsutil::write_atomic(p, (text + "\n").as_bytes())?;
     }
     if let Some(p) = &opts.csv {
-        xlate::fsutil::write_atomic(p, report::csv(runs).as_bytes())?;
+        xlate::fsutil::write_atomic(p, report::csv(runs, opts.preset.as_deref()).as_bytes())?;
     }
     Ok(())
 }
@@ -257,8 +265,13 @@ fn run_designs(names: &[String], opts: &RunOpts) -> Result<()> {
     }
     let mut runs = Vec::new();
     let mut failure = None;
-    for (d, c) in designs.iter().zip(&configs) {
-        match sim::run_inputs(d, c, &inputs, !opts.quiet) {
+    for (k, (d, c)) in designs.iter().zip(&configs).enumerate() {
+        let show = match (opts.quiet, designs.len()) {
+            (true, _) => Show::from(false),
+            (false, 1) => Show::from(true),
+            (false, n) => Show::labelled(format!("[{}/{n}] {}", k + 1, d.name)),
+        };
+        match sim::run_inputs(d, c, &inputs, show) {
             Ok(r) => {
                 let stop = r.interrupted;
                 runs.push(r);
@@ -277,6 +290,9 @@ fn run_designs(names: &[String], opts: &RunOpts) -> Result<()> {
         // table (SIGPIPE), and the results must be on disk by then.
         let written = write_outputs(&runs, opts);
         print!("{}", report::table(&runs));
+        for line in runs.iter().filter_map(report::checked_summary) {
+            eprintln!("{line}");
+        }
         written?;
     }
     if let Some(e) = failure {
@@ -324,8 +340,7 @@ fn bench(accesses: u64) -> Result<()> {
 }
 
 /// `xlate trace`: runs the program under QEMU and writes what it accesses as a native trace.
-fn trace_program(out: Option<PathBuf>, fetches: bool, max_accesses: u64, program: Vec<String>) -> Result<()> {
-    use std::sync::atomic::Ordering;
+fn trace_program(out: Option<PathBuf>, fetches: bool, max_accesses: u64, program: Vec<String>, quiet: bool) -> Result<()> {
     let out = out.unwrap_or_else(|| {
         let name =
             std::path::Path::new(&program[0]).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
@@ -338,7 +353,11 @@ fn trace_program(out: Option<PathBuf>, fetches: bool, max_accesses: u64, program
     let mut buf = vec![trace::Access::default(); 4096];
     let (mut total, mut instrs, mut counts) = (0u64, 0u64, [0u64; 3]);
     let mut capped = false;
+    // How long the program runs is unknown (--max-accesses is only a bound): a spinner.
+    let show = Show::from(!quiet).hint("Ctrl-C stops the program, keeps the trace");
+    let mut progress = Progress::new(&show, "xlate trace", Total::Unknown);
     loop {
+        progress.update(total, || (0, 0));
         let want = (max_accesses - total).min(buf.len() as u64) as usize;
         if want == 0 || sim::INTERRUPTED.load(Ordering::Relaxed) {
             capped = want == 0;
@@ -356,6 +375,7 @@ fn trace_program(out: Option<PathBuf>, fetches: bool, max_accesses: u64, program
         }
         total += n as u64;
     }
+    progress.finish();
     if total == 0 {
         // Dropping the unfinished sink removes its temporary file: no empty trace is left.
         drop(sink);
@@ -396,13 +416,69 @@ fn trace_program(out: Option<PathBuf>, fetches: bool, max_accesses: u64, program
     Ok(())
 }
 
-fn real_main() -> Result<()> {
-    let cli = Cli::parse();
+/// `xlate trace-convert`.
+fn convert(input: PathBuf, output: PathBuf, quiet: bool) -> Result<()> {
+    let name = output.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
+    let fmt = if name.contains(".champsim") { trace::Format::ChampSim } else { trace::Format::Native };
+    if xlate::fsutil::same_file(&input, &output) {
+        let why = std::io::Error::new(std::io::ErrorKind::InvalidInput, "is the input file itself; name a different output file");
+        return Err(Error::io(output.display().to_string(), why));
+    }
+    let mut src = trace::open(&input)?;
+    let mut sink = trace::create(&output, fmt)?;
+    let mut buf = vec![trace::Access::default(); 4096];
+    let mut n_total = 0u64;
+    let total = match (src.total_accesses(), src.bytes_read()) {
+        (Some(n), _) => Total::Accesses(n),
+        (None, Some((_, size))) => Total::Bytes(size),
+        (None, None) => Total::Unknown,
+    };
+    let show = Show::from(!quiet).hint("Ctrl-C stops, writes nothing");
+    let mut progress = Progress::new(&show, "xlate trace-convert", total);
+    loop {
+        progress.update(n_total, || src.bytes_read().unwrap_or_default());
+        if sim::INTERRUPTED.load(Ordering::Relaxed) {
+            // A prefix of the input would pass for the whole trace: dropping the unfinished sink
+            // removes its temporary file, and the output is not created.
+            progress.finish();
+            drop(sink);
+            eprintln!("xlate trace-convert: interrupted after {n_total} accesses; {} was not written", output.display());
+            return Ok(());
+        }
+        let n = src.fill(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        for a in &buf[..n] {
+            sink.write(a)?;
+        }
+        n_total += n as u64;
+    }
+    progress.finish();
+    sink.finish()?;
+    println!("wrote {n_total} accesses to {}", output.display());
+    Ok(())
+}
+
+/// Makes the first Ctrl-C set [`sim::INTERRUPTED`] (the work stops soon and reports what it
+/// has; the process then exits 130) and a second one exit 130 at once. Only for the commands that
+/// look at the flag: the others end at Ctrl-C as any program does.
+fn catch_ctrl_c() {
     let _ = ctrlc::set_handler(|| {
-        if sim::INTERRUPTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        if sim::INTERRUPTED.swap(true, Ordering::SeqCst) {
             std::process::exit(130);
         }
     });
+}
+
+fn real_main() -> Result<()> {
+    let cli = Cli::parse();
+    if matches!(
+        cli.cmd,
+        Cmd::Run { .. } | Cmd::Compare { .. } | Cmd::Reproduce { .. } | Cmd::Sweep(_) | Cmd::Trace { .. } | Cmd::TraceConvert { .. }
+    ) {
+        catch_ctrl_c();
+    }
     match cli.cmd {
         Cmd::Run { design, opts } => run_designs(&[design], &opts),
         Cmd::Compare { designs, opts } => run_designs(&designs, &opts),
@@ -455,38 +531,14 @@ fn real_main() -> Result<()> {
             written
         }
         Cmd::Sweep(a) => sweep_cmd(a),
-        Cmd::Trace { out, fetches, max_accesses, program } => trace_program(out, fetches, max_accesses, program),
+        Cmd::Trace { out, fetches, max_accesses, quiet, program } => trace_program(out, fetches, max_accesses, program, quiet),
         Cmd::TraceInfo { file, limit } => {
             let mut src = trace::open(&file)?;
             let info = trace::info(src.as_mut(), limit)?;
             println!("{}", serde_json::to_string_pretty(&info).expect("json"));
             Ok(())
         }
-        Cmd::TraceConvert { input, output } => {
-            let name = output.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
-            let fmt = if name.contains(".champsim") { trace::Format::ChampSim } else { trace::Format::Native };
-            if xlate::fsutil::same_file(&input, &output) {
-                let why = std::io::Error::new(std::io::ErrorKind::InvalidInput, "is the input file itself; name a different output file");
-                return Err(Error::io(output.display().to_string(), why));
-            }
-            let mut src = trace::open(&input)?;
-            let mut sink = trace::create(&output, fmt)?;
-            let mut buf = vec![trace::Access::default(); 4096];
-            let mut n_total = 0u64;
-            loop {
-                let n = src.fill(&mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                for a in &buf[..n] {
-                    sink.write(a)?;
-                }
-                n_total += n as u64;
-            }
-            sink.finish()?;
-            println!("wrote {n_total} accesses to {}", output.display());
-            Ok(())
-        }
+        Cmd::TraceConvert { input, output, quiet } => convert(input, output, quiet),
     }
 }
 
@@ -499,11 +551,18 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    match real_main() {
+    let r = real_main();
+    if let Err(e) = &r {
+        eprintln!("xlate: error: {e}");
+    }
+    // Stopped by Ctrl-C: what was printed and written stays, and the exit status says the work
+    // is incomplete (128 + SIGINT, as a shell reports a program the signal ended), so a script
+    // does not take the partial results for complete ones.
+    if sim::INTERRUPTED.load(Ordering::SeqCst) {
+        return ExitCode::from(130);
+    }
+    match r {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("xlate: error: {e}");
-            ExitCode::from(2)
-        }
+        Err(_) => ExitCode::from(2),
     }
 }

@@ -73,6 +73,32 @@ fn errors_name_the_culprit() {
     );
 }
 
+/// Issue 14, item 8: a thrashing run goes on but says so on stderr, once.
+#[test]
+fn thrashing_runs_say_so() {
+    let args = [
+        "run",
+        "--set",
+        "os.thp=always",
+        "--set",
+        "os.memory=256M",
+        "--set",
+        "os.swap.enabled=true",
+        "--set",
+        "workload.params.table=1G",
+        "--set",
+        "workload.params.updates=10000",
+        "--set",
+        "workload.params.populate=false",
+        "-q",
+    ];
+    let (code, out, err) = xlate(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("swap_outs"), "{out}");
+    assert_eq!(err.matches("warning: the simulated OS has swapped out").count(), 1, "{err}");
+    assert!(err.contains("per access") && err.contains("raise os.memory"), "{err}");
+}
+
 #[test]
 fn bad_traces() {
     let dir = std::env::temp_dir().join(format!("xlate-cli-trace-{}", std::process::id()));
@@ -291,4 +317,174 @@ fn configs_too_big_for_the_host_are_refused() {
 #[test]
 fn dram_bank_count_is_bounded() {
     fails_with(&["run", "--set", "mem.dram.channels=\"1G\""], &["mem.dram.channels", "65536"]);
+}
+
+/// Parses CSV as RFC 4180 reads it: a field may be quoted, a quote inside one doubled.
+fn parse_csv(text: &str) -> Vec<Vec<String>> {
+    let (mut rows, mut row, mut field) = (Vec::new(), Vec::new(), String::new());
+    let (mut quoted, mut chars) = (false, text.chars().peekable());
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                field.push('"');
+            }
+            (true, '"') => quoted = false,
+            (true, c) => field.push(c),
+            (false, '"') if field.is_empty() => quoted = true,
+            (false, ',') => row.push(std::mem::take(&mut field)),
+            (false, '\n') => {
+                row.push(std::mem::take(&mut field));
+                rows.push(std::mem::take(&mut row));
+            }
+            (false, c) => {
+                assert!(c != '"', "a quote inside an unquoted field: {text}");
+                field.push(c);
+            }
+        }
+    }
+    assert!(!quoted && row.is_empty() && field.is_empty(), "CSV ends inside a record: {text}");
+    rows
+}
+
+/// The CSV of a comparison carries the preset, the key config values and the workload's
+/// parameters beside the metrics, every row as long as the header, fields quoted only when they
+/// must be (issue 14).
+#[test]
+fn csv_has_config_and_workload_columns() {
+    let dir = std::env::temp_dir().join(format!("xlate-cli-csv-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let c = dir.join("r.csv");
+    let (code, _, err) = xlate(&[
+        "compare",
+        "-q",
+        "--designs",
+        "radix4,radix4-thp",
+        "--preset",
+        "champsim",
+        "--set",
+        "workload.params.table=64M",
+        "--set",
+        "workload.params.updates=20000",
+        "--set",
+        "os.memory=1G",
+        "--csv",
+        c.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&c).unwrap();
+    let rows = parse_csv(&text);
+    assert_eq!(rows.len(), 3, "{text}");
+    let header = &rows[0];
+    for r in &rows {
+        assert_eq!(r.len(), header.len(), "{text}");
+    }
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap_or_else(|| panic!("no column {name} in {header:?}"));
+    let cell = |row: usize, name: &str| rows[row][col(name)].as_str();
+    assert_eq!(&header[..4], ["design", "workload", "interrupted", "preset"]);
+    assert_eq!((cell(1, "design"), cell(2, "design")), ("radix4", "radix4-thp"));
+    assert_eq!((cell(1, "preset"), cell(1, "cores"), cell(1, "workload")), ("champsim", "1", "gups"));
+    assert_eq!((cell(1, "os.thp"), cell(2, "os.thp")), ("never", "always"));
+    assert!(cell(1, "mmu.l2.entries").parse::<u32>().unwrap() > 0 && cell(1, "mmu.l2.ways").parse::<u32>().unwrap() > 0);
+    // Given parameters and the defaults of the others.
+    assert_eq!((cell(1, "workload.table"), cell(1, "workload.updates")), ("64M", "20000"));
+    assert!(header.iter().filter(|h| h.starts_with("workload.")).count() > 2, "{header:?}");
+    assert!(cell(1, "l2_tlb_mpki").parse::<f64>().unwrap() > 0.0);
+    // Plain strings are not quoted: the second line starts with its design and workload bare.
+    assert!(text.lines().nth(1).unwrap().starts_with("radix4,gups,false,champsim,"), "{text}");
+
+    // A workload field with a comma in it (a trace's path) is quoted and reads back whole; a
+    // trace run has no workload parameters.
+    let t = champsim_trace("a,b.champsim", &[(0x1000, 0), (0x2000, 0x3000)]);
+    let (code, _, err) = xlate(&["run", "-q", "--trace", t.to_str().unwrap(), "--csv", c.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&c).unwrap();
+    assert!(text.contains(&format!(",\"{}\",", t.display())), "{text}");
+    let rows = parse_csv(&text);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1].len(), rows[0].len());
+    assert_eq!(rows[1][1], t.display().to_string());
+    assert!(rows[0].iter().all(|h| !h.starts_with("workload.")), "{:?}", rows[0]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `--checked` says how many translations it compared once every one agreed; an unchecked run
+/// says nothing (issue 14).
+#[test]
+fn checked_run_reports_what_it_compared() {
+    let dir = std::env::temp_dir().join(format!("xlate-cli-checked-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let j = dir.join("r.json");
+    let args = ["run", "-q", "--set", "workload.params.table=64M", "--set", "workload.params.updates=20000", "--json", j.to_str().unwrap()];
+    let (code, _, err) = xlate(&[&args[..], &["--checked"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+    let accesses = v["metrics"]["accesses"].as_f64().unwrap() as u64;
+    assert!(accesses > 20_000);
+    let line = format!("checked: {accesses} translations of radix4 agreed with the OS's ground truth (0 mismatches)");
+    assert!(err.lines().any(|l| l == line), "no `{line}` in: {err}");
+    let (code, _, err) = xlate(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("checked:"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// trace-info prints addresses in hex (issue 14).
+#[test]
+fn trace_info_prints_addresses_in_hex() {
+    let t = champsim_trace("hex.champsim", &[(0x1000, 0), (0x7f00_0000_2000, 0x3008)]);
+    let (code, out, err) = xlate(&["trace-info", t.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["min_vaddr"].as_str(), v["max_vaddr"].as_str()), (Some("0x1000"), Some("0x7f0000002000")), "{out}");
+    assert_eq!(v["accesses"], 3);
+}
+
+/// Runs xlate with `args`, sends it SIGINT after `after`, and returns its exit code, stdout,
+/// stderr and how long it took to end after the signal.
+fn interrupted(args: &[&str], after: std::time::Duration) -> (i32, String, String, std::time::Duration) {
+    use std::process::Stdio;
+    let child = Command::new(env!("CARGO_BIN_EXE_xlate")).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(after);
+    let sent = std::time::Instant::now();
+    // SAFETY: signalling our own child, which has not been waited for, so its pid is still its own.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) }, 0);
+    // Pipes are drained while waiting, so a large table cannot block the child.
+    let out = child.wait_with_output().unwrap();
+    let took = sent.elapsed();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        took,
+    )
+}
+
+/// Ctrl-C stops a run within a fraction of a second (the loop looks at it every few thousand
+/// accesses), prints the partial table and exits 130, so scripts do not take it for complete.
+/// The run outlasts the progress bar's 2 s delay: on a pipe no bar (no escape code) appears.
+#[test]
+fn ctrl_c_prints_the_partial_results_and_exits_130() {
+    // 100 M accesses: a minute here, far beyond the signal. A 256 MiB table keeps the setup short.
+    let big = ["--set", "workload.params.table=256M", "--set", "workload.params.updates=50000000"];
+    let run: Vec<&str> = ["run"].iter().chain(&big).copied().collect();
+    let (code, out, err, took) = interrupted(&run, std::time::Duration::from_millis(2500));
+    assert_eq!(code, 130, "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("radix4 (partial)"), "{out}");
+    assert!(took < std::time::Duration::from_secs(3), "stopped {took:?} after Ctrl-C");
+    assert!(!err.contains('\x1b') && !err.contains("accesses/s"), "progress on a pipe: {err:?}");
+    // compare stops at the design it is in and reports it; later designs do not run.
+    let cmp: Vec<&str> = ["compare", "--designs", "radix4,ideal"].iter().chain(&big).copied().collect();
+    let (code, out, err, _) = interrupted(&cmp, std::time::Duration::from_millis(1000));
+    assert_eq!(code, 130, "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("radix4 (partial)") && !out.contains("ideal"), "{out}");
+}
+
+/// Without Ctrl-C the exit code stays 0, and stderr, not a terminal here, has no progress.
+#[test]
+fn no_progress_output_off_a_terminal() {
+    let (code, out, err) = xlate(&["run", "--set", "workload.params.table=64M", "--set", "workload.params.updates=20000"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("radix4"), "{out}");
+    assert!(!err.contains('\x1b') && !err.contains("accesses/s"), "{err:?}");
 }

@@ -1,7 +1,8 @@
 //! Tracing real programs under QEMU user mode with xlate's plugin (tools/qemu-plugin/). Each test
 //! compiles a small C program, traces it and checks the exact accesses it makes to a mapping of
-//! its own. Without the plugin, QEMU or a C compiler the tests print why and pass (skip); build
-//! the plugin with `tools/qemu-plugin/build.sh`.
+//! its own. Without the plugin, QEMU or a C compiler the tests print why and pass (skip), except
+//! on CI (`CI=true`) or with `XLATE_REQUIRE_QEMU=1`, where they fail; build the plugin with
+//! `tools/qemu-plugin/build.sh`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -92,17 +93,24 @@ fn missing() -> Option<String> {
     None
 }
 
-/// Whether a missing prerequisite fails the test instead of skipping it: `XLATE_REQUIRE_QEMU=1`,
-/// which `.ci/run` sets when it built the plugin.
-fn qemu_required() -> bool {
-    std::env::var("XLATE_REQUIRE_QEMU").is_ok_and(|v| v == "1")
+/// Why a missing prerequisite fails the test instead of skipping it, if it does: on CI (`CI` set
+/// to `true` or `1`, as CI services do: a skipped QEMU test there would pass unnoticed), or with
+/// `XLATE_REQUIRE_QEMU=1`, which `.ci/run` sets when it built the plugin.
+fn qemu_required() -> Option<&'static str> {
+    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+        Some("CI=true")
+    } else if std::env::var("XLATE_REQUIRE_QEMU").is_ok_and(|v| v == "1") {
+        Some("XLATE_REQUIRE_QEMU=1")
+    } else {
+        None
+    }
 }
 
 macro_rules! require_qemu {
     ($name:expr) => {
         if let Some(why) = missing() {
-            if qemu_required() {
-                panic!("{}: XLATE_REQUIRE_QEMU=1 but the QEMU tests cannot run: {why}", $name);
+            if let Some(by) = qemu_required() {
+                panic!("{}: {by} but the QEMU tests cannot run: {why}", $name);
             }
             eprintln!("SKIP {}: {why}", $name);
             return;

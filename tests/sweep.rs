@@ -341,7 +341,7 @@ mod study {
     }
 
     fn findings() -> Vec<Finding> {
-        vec![Finding { name: "cycles ECPT / radix", paper: "1x", paper_value: Some(1.0), unit: "x", ours }]
+        vec![Finding { name: "cycles ECPT / radix", paper: "1×", paper_value: Some(1.0), kind: xlate::reproduce::Kind::Ratio, ours }]
     }
 
     pub const TINY: Study = Study { name: "tiny", description: "a test study", preset: "utopia-micro23", runs, findings };

@@ -335,8 +335,7 @@ impl<D: Driver> Promoter<D> for CoalaKhugepaged {
     }
 
     fn tick(&mut self, os: &mut Os<D>, now_ms: f64) -> Result<()> {
-        while now_ms >= self.next_wake_ms {
-            self.next_wake_ms += self.sleep_ms;
+        for _ in 0..super::policy::due_wakes(&mut self.next_wake_ms, self.sleep_ms, now_ms) {
             self.scan(os)?;
         }
         Ok(())
@@ -373,8 +372,7 @@ impl<D: Driver> Promoter<D> for LeshyOnline {
     }
 
     fn tick(&mut self, os: &mut Os<D>, now_ms: f64) -> Result<()> {
-        while now_ms >= self.next_ms {
-            self.next_ms += self.interval_ms;
+        for _ in 0..super::policy::due_wakes(&mut self.next_ms, self.interval_ms, now_ms) {
             os.stats.leshy_epochs += 1;
             let p = os.leshy_params();
             for asid in 0..os.procs.len() {

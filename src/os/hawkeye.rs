@@ -184,13 +184,16 @@ impl<D: Driver> Promoter<D> for Hawkeye {
         // Whatever is due, in time order; a window due with a wake-up comes first, so the
         // wake-up sees fresh bins. Windows due together (an epoch longer than the window) run
         // once: accessed bits cannot tell them apart, and the later ones would count nothing.
+        let mut wakes = 0;
         while now_ms >= self.next_window_ms.min(self.next_wake_ms) {
             if self.next_window_ms <= self.next_wake_ms {
-                while self.next_window_ms <= now_ms {
-                    self.next_window_ms += self.cfg.window_ms;
-                }
+                super::policy::due_wakes(&mut self.next_window_ms, self.cfg.window_ms, now_ms);
                 self.window(os)?;
+            } else if wakes == super::policy::MAX_WAKES_PER_TICK {
+                // Overslept (see `MAX_WAKES_PER_TICK`): the missed wake-ups are skipped.
+                self.next_wake_ms = now_ms + self.cfg.sleep_ms;
             } else {
+                wakes += 1;
                 self.next_wake_ms += self.cfg.sleep_ms;
                 self.wake(os)?;
             }

@@ -69,8 +69,7 @@ impl<D: Driver> Promoter<D> for Khugepaged {
     }
 
     fn tick(&mut self, os: &mut Os<D>, now_ms: f64) -> Result<()> {
-        while now_ms >= self.next_wake_ms {
-            self.next_wake_ms += self.cfg.sleep_ms;
+        for _ in 0..super::policy::due_wakes(&mut self.next_wake_ms, self.cfg.sleep_ms, now_ms) {
             self.scan(os)?;
         }
         Ok(())

@@ -242,21 +242,111 @@ pub fn table(runs: &[RunOutput]) -> String {
     out
 }
 
-/// CSV: one row per run, one column per metric (header row first).
-pub fn csv(runs: &[RunOutput]) -> String {
-    let all: Vec<Vec<Metric>> = runs.iter().map(metrics).collect();
-    let mut out = String::from("design,workload,interrupted");
-    for m in &all[0] {
-        out.push(',');
-        out.push_str(&m.key);
+/// The line `--checked` prints for a run whose checks all passed (a mismatch ends the run with
+/// an error instead); `None` for a run that was not checked.
+pub fn checked_summary(r: &RunOutput) -> Option<String> {
+    r.config
+        .sim
+        .checked
+        .then(|| format!("checked: {} translations of {} agreed with the OS's ground truth (0 mismatches)", r.core.checked, r.design))
+}
+
+/// Config values every CSV row carries (dotted paths into the resolved config), after the
+/// design, workload and preset.
+const CSV_CONFIG: &[&str] = &["seed", "cores", "os.thp", "os.memory", "mmu.l2.entries", "mmu.l2.ways", "sim.max_accesses"];
+
+/// The workload's parameters as the run used them (defaults included), for a run of one built-in
+/// workload; none for a trace or a multiprogrammed mix.
+fn workload_params(r: &RunOutput) -> Vec<(String, String)> {
+    let w = &r.config.workload;
+    if !w.mix.is_empty() || r.workload != w.name {
+        return Vec::new();
     }
-    out.push('\n');
-    for (r, ms) in runs.iter().zip(&all) {
-        out.push_str(&format!("{},\"{}\",{}", r.design, r.workload.replace('"', "\"\""), r.interrupted));
-        for m in ms {
-            out.push_str(&format!(",{}", m.value));
+    match crate::workload::lookup(&w.name).and_then(|e| crate::workload::Params::new(e, &w.params)) {
+        Ok(p) => p.values().map(|(k, v)| (format!("workload.{k}"), v.to_string())).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// One CSV field (RFC 4180): quoted, with its quotes doubled, only if it holds a comma, a quote
+/// or a line break.
+pub fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\"")).into()
+    } else {
+        s.into()
+    }
+}
+
+/// CSV (RFC 4180; docs/results-schema.md): a header row, then one row per run: design, workload,
+/// interrupted, `preset` (the `--preset` the runs were resolved with, empty for none), the config
+/// values of [`CSV_CONFIG`], the workload's parameters (`workload.<param>`), then every metric.
+/// Parameter and metric columns are the union over the runs, in order of first appearance; a
+/// run without one leaves it empty.
+pub fn csv(runs: &[RunOutput], preset: Option<&str>) -> String {
+    let mut columns: Vec<String> = ["design", "workload", "interrupted", "preset"].iter().map(|s| s.to_string()).collect();
+    columns.extend(CSV_CONFIG.iter().map(|s| s.to_string()));
+    let fixed = columns.len();
+    let rows: Vec<Vec<(String, String)>> = runs
+        .iter()
+        .map(|r| {
+            let config = crate::config::to_json(&r.config);
+            let mut row = vec![
+                ("design".to_string(), r.design.clone()),
+                ("workload".into(), r.workload.clone()),
+                ("interrupted".into(), r.interrupted.to_string()),
+                ("preset".into(), preset.unwrap_or("").to_string()),
+            ];
+            for path in CSV_CONFIG {
+                let v = config.pointer(&format!("/{}", path.replace('.', "/"))).unwrap_or(&Value::Null);
+                let text = match v {
+                    Value::String(s) => s.clone(),
+                    Value::Null => String::new(),
+                    v => v.to_string(),
+                };
+                row.push((path.to_string(), text));
+            }
+            row.extend(workload_params(r));
+            row.extend(metrics(r).into_iter().map(|m| (m.key, m.value.to_string())));
+            row
+        })
+        .collect();
+    // The union of the parameter and metric columns; parameters first.
+    for pass in [true, false] {
+        for row in &rows {
+            for (k, _) in &row[fixed..] {
+                if k.starts_with("workload.") == pass && !columns.contains(k) {
+                    columns.push(k.clone());
+                }
+            }
         }
-        out.push('\n');
+    }
+    let mut out = csv_line(columns.iter().map(String::as_str));
+    for row in &rows {
+        let by_key: std::collections::HashMap<&str, &str> = row.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        out.push_str(&csv_line(columns.iter().map(|c| by_key.get(c.as_str()).copied().unwrap_or(""))));
     }
     out
+}
+
+/// One CSV record and its line end.
+fn csv_line<'a>(cells: impl Iterator<Item = &'a str>) -> String {
+    let mut line = cells.map(csv_field).collect::<Vec<_>>().join(",");
+    line.push('\n');
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_fields_are_quoted_only_when_they_must_be() {
+        assert_eq!(csv_field("gups"), "gups");
+        assert_eq!(csv_field("/tmp/a b.xlt"), "/tmp/a b.xlt");
+        assert_eq!(csv_field("a.xlt,b.xlt"), "\"a.xlt,b.xlt\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("two\nlines"), "\"two\nlines\"");
+        assert_eq!(csv_line(["a", "b,c", ""].into_iter()), "a,\"b,c\",\n");
+    }
 }

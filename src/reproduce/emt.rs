@@ -4,7 +4,7 @@
 //! always, and a Sysbench-memory-like sequential stream; EMT's machine preset. Paper numbers are
 //! from `reference/parameters.md` (EMT row).
 
-use super::{change_pct, Finding, RunSpec, Study};
+use super::{change_pct, percent, Finding, Kind, RunSpec, Study};
 use crate::sim::RunOutput;
 use crate::tapi::{Func, Path};
 use std::collections::BTreeMap;
@@ -67,72 +67,72 @@ fn findings() -> Vec<Finding> {
     vec![
         Finding {
             name: "page-fault kernel work ECPT / radix, GUPS 4 KiB pages",
-            paper: "1.73x (9.11 M / 5.25 M instr)",
+            paper: "1.73× (9.11 M / 5.25 M instr)",
             paper_value: Some(1.73),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| work_ratio(r, "gups-ecpt", "gups-radix"),
         },
         Finding {
             name: "page-fault kernel work ECPT / radix, BFS THP always",
-            paper: "2.59-2.68x",
+            paper: "2.59-2.68×",
             paper_value: Some(2.64),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| work_ratio(r, "bfs-ecpt-thp", "bfs-radix-thp"),
         },
         Finding {
             name: "page-fault kernel work FPT L4L3+L2L1 / radix, GUPS 4 KiB",
-            paper: "~0.96x",
+            paper: "~0.96×",
             paper_value: Some(0.96),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| work_ratio(r, "gups-fpt-l4l3-l2l1", "gups-radix"),
         },
         Finding {
             name: "page-fault kernel work FPT L3L2 / radix, GUPS 4 KiB",
-            paper: "~0.96x",
+            paper: "~0.96×",
             paper_value: Some(0.96),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| work_ratio(r, "gups-fpt-l3l2", "gups-radix"),
         },
         Finding {
             name: "walk latency change ECPT vs radix, GUPS",
             paper: "-23.1 % (average of EMT's benchmarks)",
             paper_value: Some(-23.1),
-            unit: "%",
+            kind: Kind::Change,
             ours: |r| change_pct(r, "gups-ecpt", "gups-radix", "walk_latency_avg"),
         },
         Finding {
             name: "walk latency change ECPT vs radix, Sysbench memory",
             paper: "+2.2 %",
             paper_value: Some(2.2),
-            unit: "%",
+            kind: Kind::Change,
             ours: |r| change_pct(r, "sysbench-ecpt", "sysbench-radix", "walk_latency_avg"),
         },
         Finding {
             name: "radix walk-cache hit rate, Sysbench memory",
             paper: "~99.8 % (PMD-level PWC)",
-            paper_value: Some(0.998),
-            unit: "fraction",
-            ours: |r| Some(super::metric(r.get("sysbench-radix")?, "walk_cache_hit_rate")),
+            paper_value: Some(99.8),
+            kind: Kind::Percent,
+            ours: |r| percent(Some(super::metric(r.get("sysbench-radix")?, "walk_cache_hit_rate"))),
         },
         Finding {
             name: "walk latency change FPT L3L2 vs radix, GUPS",
             paper: "-5.5 %",
             paper_value: Some(-5.5),
-            unit: "%",
+            kind: Kind::Change,
             ours: |r| change_pct(r, "gups-fpt-l3l2", "gups-radix", "walk_latency_avg"),
         },
         Finding {
             name: "walk latency change FPT L4L3+L2L1 vs radix, GUPS",
             paper: "-15.3 %",
             paper_value: Some(-15.3),
-            unit: "%",
+            kind: Kind::Change,
             ours: |r| change_pct(r, "gups-fpt-l4l3-l2l1", "gups-radix", "walk_latency_avg"),
         },
         Finding {
             name: "kernel work saved by ECPT's optimized API vs generic, BFS THP",
             paper: "-49 %",
             paper_value: Some(-49.0),
-            unit: "%",
+            kind: Kind::Change,
             ours: |r| Some((fault_kernel_work(r.get("bfs-ecpt-thp")?) / fault_kernel_work(r.get("bfs-ecpt-thp-generic")?) - 1.0) * 100.0),
         },
     ]

@@ -13,7 +13,7 @@
 //! at 300×. Leshy samples one operation in 64 (SPE: 1024) so that an epoch of a short run still
 //! has many samples per TLB entry of budget.
 
-use super::{ratio, Finding, RunSpec, Study};
+use super::{percent, ratio, Finding, Kind, RunSpec, Study};
 use crate::sim::RunOutput;
 use std::collections::BTreeMap;
 
@@ -107,7 +107,7 @@ fn speedup(r: &BTreeMap<String, RunOutput>, w: &str, sys: &str, base: &str) -> O
 
 /// Walks (L2-TLB misses that walked) left by `sys` on `w`, in percent of 4 KiB pages'.
 fn walks_left(r: &BTreeMap<String, RunOutput>, w: &str, sys: &str) -> Option<f64> {
-    ratio(r, &format!("{w}-{sys}"), &format!("{w}-4k"), "walks").map(|x| x * 100.0)
+    percent(ratio(r, &format!("{w}-{sys}"), &format!("{w}-4k"), "walks"))
 }
 
 /// Share of the footprint mapped by 32 MiB translations at the end of `key`'s run, in percent.
@@ -122,117 +122,135 @@ fn findings() -> Vec<Finding> {
     vec![
         Finding {
             name: "ET vs THP, native, geomean",
-            paper: "1.04x",
+            paper: "1.04×",
             paper_value: Some(1.04),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| geomean(&names(), |w| speedup(r, w, "et", "thp")),
         },
-        Finding { name: "ET vs THP, GUPS", paper: "1.11x", paper_value: Some(1.11), unit: "x", ours: |r| speedup(r, "gups", "et", "thp") },
+        Finding {
+            name: "ET vs THP, GUPS",
+            paper: "1.11×",
+            paper_value: Some(1.11),
+            kind: Kind::Ratio,
+            ours: |r| speedup(r, "gups", "et", "thp"),
+        },
         Finding {
             name: "ET vs THP, XSBench",
-            paper: "1.04x",
+            paper: "1.04×",
             paper_value: Some(1.04),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| speedup(r, "xsbench", "et", "thp"),
         },
         Finding {
             name: "ET vs THP, hashjoin",
-            paper: "1.14x",
+            paper: "1.14×",
             paper_value: Some(1.14),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| speedup(r, "hashjoin", "et", "thp"),
         },
         Finding {
             name: "ET vs THP, BTree",
-            paper: "1.06x",
+            paper: "1.06×",
             paper_value: Some(1.06),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| speedup(r, "btree", "et", "thp"),
         },
-        Finding { name: "ET vs THP, BFS", paper: "1.00x", paper_value: Some(1.00), unit: "x", ours: |r| speedup(r, "bfs", "et", "thp") },
+        Finding {
+            name: "ET vs THP, BFS",
+            paper: "1.00×",
+            paper_value: Some(1.00),
+            kind: Kind::Ratio,
+            ours: |r| speedup(r, "bfs", "et", "thp"),
+        },
         Finding {
             name: "ET-offline vs THP, native, geomean",
-            paper: "about ET's",
+            paper: "about ET's (1.04×)",
             paper_value: Some(1.04),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| geomean(&names(), |w| speedup(r, w, "eto", "thp")),
         },
-        Finding { name: "ET vs 4KiB, GUPS", paper: "2.32x", paper_value: Some(2.32), unit: "x", ours: |r| speedup(r, "gups", "et", "4k") },
+        Finding {
+            name: "ET vs 4KiB, GUPS",
+            paper: "2.32×",
+            paper_value: Some(2.32),
+            kind: Kind::Ratio,
+            ours: |r| speedup(r, "gups", "et", "4k"),
+        },
         Finding {
             name: "walks left vs 4KiB: THP, GUPS",
             paper: "92.7 %",
             paper_value: Some(92.7),
-            unit: "%",
+            kind: Kind::PercentOf,
             ours: |r| walks_left(r, "gups", "thp"),
         },
         Finding {
             name: "walks left vs 4KiB: THP, hashjoin",
             paper: "86 %",
             paper_value: Some(86.0),
-            unit: "%",
+            kind: Kind::PercentOf,
             ours: |r| walks_left(r, "hashjoin", "thp"),
         },
         Finding {
             name: "walks left vs 4KiB: ET, worst of the workloads",
             paper: "<= 1.2 % (8 of 10)",
             paper_value: None,
-            unit: "%",
+            kind: Kind::PercentOf,
             ours: |r| names().iter().map(|w| walks_left(r, w, "et")).try_fold(0.0f64, |m, x| x.map(|x| m.max(x))),
         },
         Finding {
             name: "ET, GUPS: footprint in 32 MiB translations",
-            paper: "1023 x 32M (all)",
+            paper: "100 % (1023 × 32M, all)",
             paper_value: Some(100.0),
-            unit: "%",
+            kind: Kind::Percent,
             ours: |r| share_32m(r, "gups-et"),
         },
         Finding {
             name: "ET-offline vs THP, FMFI 50 %, geomean",
-            paper: "1.17x",
+            paper: "1.17×",
             paper_value: Some(1.17),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| geomean(FRAG_WORKLOADS, |w| ratio(r, &format!("{w}-thp-f50"), &format!("{w}-eto-f50"), "cycles")),
         },
         Finding {
             name: "ET-offline vs THP, FMFI 99 %, geomean",
-            paper: "1.14x",
+            paper: "1.14×",
             paper_value: Some(1.14),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| geomean(FRAG_WORKLOADS, |w| ratio(r, &format!("{w}-thp-f99"), &format!("{w}-eto-f99"), "cycles")),
         },
         Finding {
             name: "ET vs THP, geomean, policy clock 300x (not 1000x)",
-            paper: "1.04x",
+            paper: "1.04×",
             paper_value: Some(1.04),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| geomean(&names(), |w| speedup(r, w, "et-ts300", "thp-ts300")),
         },
         Finding {
             name: "ET vs THP, virtualized, geomean",
-            paper: "1.47x",
+            paper: "1.47×",
             paper_value: Some(1.47),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| geomean(FRAG_WORKLOADS, |w| speedup(r, w, "et-vm", "thp-vm")),
         },
         Finding {
             name: "THP walks left vs native THP, virtualized, GUPS",
-            paper: "94-100 % of 4KiB",
+            paper: "94-100 % of 4KiB's",
             paper_value: None,
-            unit: "x",
-            ours: |r| ratio(r, "gups-thp-vm", "gups-thp", "walks"),
+            kind: Kind::PercentOf,
+            ours: |r| percent(ratio(r, "gups-thp-vm", "gups-thp", "walks")),
         },
         Finding {
             name: "policy intervals: Leshy epochs in ET's GUPS run",
             paper: "(5 s epochs)",
             paper_value: None,
-            unit: "epochs",
+            kind: Kind::Quantity("epochs"),
             ours: |r| r.get("gups-et").map(|x| x.os.leshy_epochs as f64),
         },
         Finding {
             name: "simulated policy time of ET's GUPS run",
             paper: "(minutes)",
             paper_value: None,
-            unit: "ms",
+            kind: Kind::Quantity("ms"),
             ours: |r| r.get("gups-et").map(|x| x.os.policy_ms as f64),
         },
     ]

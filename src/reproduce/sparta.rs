@@ -8,7 +8,7 @@
 //! footprint than in the paper: miss ratios are lower than its, most with 2 MiB pages. The TLB
 //! sensitivity runs (Fig. 4, 5) use one accelerator and 400 000 operations.
 
-use super::{metric, ratio, Finding, RunSpec, Study};
+use super::{metric, percent, ratio, Finding, Kind, RunSpec, Study};
 use crate::sim::RunOutput;
 use std::collections::BTreeMap;
 
@@ -141,7 +141,7 @@ fn speedup(r: &BTreeMap<String, RunOutput>, w: &str, sys: &str) -> Option<f64> {
 /// without its translation overhead over its cycles (same pages and placement; the paper's ideal
 /// system has "no overhead").
 fn of_ideal(r: &BTreeMap<String, RunOutput>, w: &str, sys: &str) -> Option<f64> {
-    m(r, &format!("{w}-{sys}"), "fraction_of_ideal").map(|x| x * 100.0)
+    percent(m(r, &format!("{w}-{sys}"), "fraction_of_ideal"))
 }
 
 /// A metric of one run.
@@ -153,58 +153,58 @@ fn findings() -> Vec<Finding> {
     vec![
         Finding {
             name: "Fig. 10: SPARTA-32 speedup over conventional, 4 KiB, geomean",
-            paper: "1.57x",
+            paper: "1.57×",
             paper_value: Some(1.57),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| geomean(|w| speedup(r, w, "s32")),
         },
         Finding {
             name: "Fig. 10: SPARTA-32 speedup over conventional 4 KiB, with 2 MiB pages, geomean",
-            paper: "1.62x",
+            paper: "1.62×",
             paper_value: Some(1.62),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| geomean(|w| speedup(r, w, "s32-2m")),
         },
         Finding {
             name: "Fig. 10: SPARTA-8 speedup over conventional, 4 KiB, geomean (\"1.4x\")",
-            paper: "1.4x",
+            paper: "1.4×",
             paper_value: Some(1.4),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| geomean(|w| speedup(r, w, "s8")),
         },
         Finding {
             name: "Fig. 10: conventional 2 MiB speedup over conventional 4 KiB, geomean",
-            paper: "1.14x",
+            paper: "1.14×",
             paper_value: Some(1.14),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| geomean(|w| speedup(r, w, "conv2m")),
         },
         Finding {
             name: "Fig. 10: SPARTA-32 4 KiB performance, % of ideal, geomean",
             paper: "93.7 %",
             paper_value: Some(93.7),
-            unit: "%",
+            kind: Kind::Percent,
             ours: |r| geomean(|w| of_ideal(r, w, "s32")),
         },
         Finding {
             name: "Fig. 10: SPARTA-32 2 MiB performance, % of ideal, geomean",
             paper: "96.2 %",
             paper_value: Some(96.2),
-            unit: "%",
+            kind: Kind::Percent,
             ours: |r| geomean(|w| of_ideal(r, w, "s32-2m")),
         },
         Finding {
             name: "Fig. 10: SPARTA-128 2 MiB performance, % of ideal, geomean",
             paper: "98 %",
             paper_value: Some(98.0),
-            unit: "%",
+            kind: Kind::Percent,
             ours: |r| geomean(|w| of_ideal(r, w, "s128-2m")),
         },
         Finding {
             name: "Translation overhead, conventional / SPARTA-32 (4 KiB), mean over structures",
-            paper: "31.5x (up to 47x)",
+            paper: "31.5× (up to 47×)",
             paper_value: Some(31.5),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| {
                 let v: Option<Vec<f64>> =
                     WORKLOADS.iter().map(|w| ratio(r, &format!("{w}-conv"), &format!("{w}-s32"), "translation_overhead_cycles")).collect();
@@ -215,119 +215,119 @@ fn findings() -> Vec<Finding> {
             name: "Fig. 10: DIPTA (4 ways) speedup over conventional, geomean",
             paper: "below SPARTA-32 (no number)",
             paper_value: None,
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| geomean(|w| speedup(r, w, "dipta")),
         },
         Finding {
             name: "DIPTA way-prediction accuracy, hash table (\"> 90 %\")",
             paper: "> 90 %",
             paper_value: None,
-            unit: "%",
-            ours: |r| m(r, "hashtable-dipta", "way_prediction_accuracy").map(|x| x * 100.0),
+            kind: Kind::Percent,
+            ours: |r| percent(m(r, "hashtable-dipta", "way_prediction_accuracy")),
         },
         Finding {
             name: "§7.7 mix: DIPTA 4-way / 16-way cycles (4 ways fault and slow down)",
-            paper: "> 1 (16 ways needed)",
+            paper: "> 1× (16 ways needed)",
             paper_value: None,
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| ratio(r, "mix-dipta", "mix-dipta16", "accel_mean_cycles"),
         },
         Finding {
             name: "§7.7 mix: DIPTA 4-way / 16-way swap-ins (set-conflict faults)",
-            paper: "> 1",
+            paper: "> 1×",
             paper_value: None,
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| Some(m(r, "mix-dipta", "swap_ins")?.max(1.0) / m(r, "mix-dipta16", "swap_ins")?.max(1.0)),
         },
         Finding {
             name: "Fig. 4: miss ratio, SPARTA-4 at 32 entries / conventional at 128 (\"4x fewer entries\")",
-            paper: "~1",
+            paper: "~1×",
             paper_value: Some(1.0),
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| Some(m(r, "f4-s4-32", "memory_tlb_miss_ratio")? / m(r, "f4-conv-128", "accel_tlb_miss_ratio")?),
         },
         Finding {
             name: "Fig. 4: miss ratio at 128 entries, conventional 4 KiB",
             paper: "(curve)",
             paper_value: None,
-            unit: "fraction",
-            ours: |r| m(r, "f4-conv-128", "accel_tlb_miss_ratio"),
+            kind: Kind::Percent,
+            ours: |r| percent(m(r, "f4-conv-128", "accel_tlb_miss_ratio")),
         },
         Finding {
             name: "Fig. 4: miss ratio at 128 entries, SPARTA-128 4 KiB / conventional 2 MiB",
-            paper: "< 1 for skip lists, ~ for others",
+            paper: "< 1× for skip lists, ~1× for others",
             paper_value: None,
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| Some(m(r, "f4-s128-128", "memory_tlb_miss_ratio")? / m(r, "f4-conv2m-128", "accel_tlb_miss_ratio")?),
         },
         Finding {
             name: "Fig. 4: SPARTA-128 2 MiB at 32 entries vs conventional 2 MiB at 512 (miss ratio)",
             paper: "lower (\"unmatched\")",
             paper_value: None,
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| Some(m(r, "f4-s128-2m-32", "memory_tlb_miss_ratio")? / m(r, "f4-conv2m-512", "accel_tlb_miss_ratio")?.max(1e-9)),
         },
         Finding {
             name: "Fig. 5: miss ratio 16 threads / 1 thread, one shared TLB (P = 1)",
-            paper: "> 1 (contention)",
+            paper: "> 1× (contention)",
             paper_value: None,
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| Some(m(r, "f5-p1-t16", "memory_tlb_miss_ratio")? / m(r, "f5-p1-t1", "memory_tlb_miss_ratio")?),
         },
         Finding {
             name: "Fig. 5: miss ratio (16 partitions, 16 threads) / (1 partition, 1 thread)",
-            paper: "< 1 (partitioning wins)",
+            paper: "< 1× (partitioning wins)",
             paper_value: None,
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| Some(m(r, "f5-p16-t16", "memory_tlb_miss_ratio")? / m(r, "f5-p1-t1", "memory_tlb_miss_ratio")?),
         },
         Finding {
             name: "Fig. 8: mix miss ratio, 16 partitions / 1 partition",
-            paper: "< 1",
+            paper: "< 1×",
             paper_value: None,
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| Some(m(r, "f8-p16-mix", "memory_tlb_miss_ratio")? / m(r, "f8-p1-mix", "memory_tlb_miss_ratio")?),
         },
         Finding {
             name: "Fig. 7: SPARTA-8 / conventional TLB miss penalty, 2 sockets",
-            paper: "< 1",
+            paper: "< 1×",
             paper_value: None,
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| ratio(r, "f7-s8-2s", "f7-conv-2s", "tlb_miss_penalty_avg"),
         },
         Finding {
             name: "Fig. 7: SPARTA-8 / conventional TLB miss penalty, 8 sockets",
             paper: "smaller than at 2 sockets",
             paper_value: None,
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| ratio(r, "f7-s8-8s", "f7-conv-8s", "tlb_miss_penalty_avg"),
         },
         Finding {
             name: "Fig. 9: SPARTA-8 speedup, physical caches, 8-entry accelerator TLB",
-            paper: "> 1 (8 entries suffice)",
+            paper: "> 1× (8 entries suffice)",
             paper_value: None,
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| ratio(r, "f9-conv", "f9-s8-8", "accel_mean_cycles"),
         },
         Finding {
             name: "Fig. 9: SPARTA-8 speedup, physical caches, 1-entry accelerator TLB",
             paper: "lower than with 8",
             paper_value: None,
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| ratio(r, "f9-conv", "f9-s8-1", "accel_mean_cycles"),
         },
         Finding {
             name: "Fig. 9: SPARTA-8 speedup, physical caches, 128-entry accelerator TLB",
             paper: "little above 8 entries",
             paper_value: None,
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| ratio(r, "f9-conv", "f9-s8-128", "accel_mean_cycles"),
         },
         Finding {
             name: "Fig. 9: SPARTA-8 speedup, virtual caches, no accelerator TLB",
             paper: "slightly below physical + large TLB",
             paper_value: None,
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| ratio(r, "f9-conv", "f9-s8-virtual", "accel_mean_cycles"),
         },
     ]

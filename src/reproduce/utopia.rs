@@ -11,7 +11,7 @@
 //! pool for the others has no effect without THP. Paper numbers are its averages over its
 //! workloads (the seed's §8).
 
-use super::{metric, ratio, Finding, RunSpec, Study};
+use super::{metric, percent, ratio, Finding, Kind, RunSpec, Study};
 use crate::sim::RunOutput;
 use std::collections::BTreeMap;
 
@@ -92,51 +92,81 @@ fn translation_dram_refs(r: &RunOutput) -> f64 {
 
 fn findings() -> Vec<Finding> {
     vec![
-        Finding { name: "speedup over radix: POM-TLB", paper: "1.03x", paper_value: Some(1.03), unit: "x", ours: |r| speedup(r, "pomtlb") },
-        Finding { name: "speedup over radix: ECH", paper: "1.08x", paper_value: Some(1.08), unit: "x", ours: |r| speedup(r, "ech") },
-        Finding { name: "speedup over radix: RMM", paper: "1.13x", paper_value: Some(1.13), unit: "x", ours: |r| speedup(r, "rmm") },
-        Finding { name: "speedup over radix: Utopia", paper: "1.24x", paper_value: Some(1.24), unit: "x", ours: |r| speedup(r, "utopia") },
-        Finding { name: "speedup over radix: P-TLB", paper: "1.30x", paper_value: Some(1.30), unit: "x", ours: |r| speedup(r, "ptlb") },
+        Finding {
+            name: "speedup over radix: POM-TLB",
+            paper: "1.03×",
+            paper_value: Some(1.03),
+            kind: Kind::Ratio,
+            ours: |r| speedup(r, "pomtlb"),
+        },
+        Finding {
+            name: "speedup over radix: ECH",
+            paper: "1.08×",
+            paper_value: Some(1.08),
+            kind: Kind::Ratio,
+            ours: |r| speedup(r, "ech"),
+        },
+        Finding {
+            name: "speedup over radix: RMM",
+            paper: "1.13×",
+            paper_value: Some(1.13),
+            kind: Kind::Ratio,
+            ours: |r| speedup(r, "rmm"),
+        },
+        Finding {
+            name: "speedup over radix: Utopia",
+            paper: "1.24×",
+            paper_value: Some(1.24),
+            kind: Kind::Ratio,
+            ours: |r| speedup(r, "utopia"),
+        },
+        Finding {
+            name: "speedup over radix: P-TLB",
+            paper: "1.30×",
+            paper_value: Some(1.30),
+            kind: Kind::Ratio,
+            ours: |r| speedup(r, "ptlb"),
+        },
         Finding {
             name: "walk latency, radix",
             paper: "137 cycles",
             paper_value: Some(137.0),
-            unit: "cycles",
+            kind: Kind::Quantity("cycles"),
             ours: |r| mean_metric(r, "radix", "walk_latency_avg"),
         },
         Finding {
             name: "walk latency, ECH",
             paper: "86 cycles",
             paper_value: Some(86.0),
-            unit: "cycles",
+            kind: Kind::Quantity("cycles"),
             ours: |r| mean_metric(r, "ech", "walk_latency_avg"),
         },
         Finding {
             name: "page walks removed by Utopia vs radix",
             paper: "-78 %",
             paper_value: Some(-78.0),
-            unit: "%",
+            kind: Kind::Change,
             ours: |r| geomean(r, |r, w| ratio(r, &format!("{w}-utopia"), &format!("{w}-radix"), "walks")).map(|x| (x - 1.0) * 100.0),
         },
         Finding {
             name: "PT share of L2 lines, radix",
             paper: "33 %",
-            paper_value: Some(0.33),
-            unit: "fraction",
-            ours: |r| mean_metric(r, "radix", "pt_lines_fraction_l2"),
+            paper_value: Some(33.0),
+            kind: Kind::Percent,
+            ours: |r| percent(mean_metric(r, "radix", "pt_lines_fraction_l2")),
         },
         Finding {
             name: "PT share of L2 lines, ECH",
             paper: "57 %",
-            paper_value: Some(0.57),
-            unit: "fraction",
-            ours: |r| mean_metric(r, "ech", "pt_lines_fraction_l2"),
+            paper_value: Some(57.0),
+            kind: Kind::Percent,
+            ours: |r| percent(mean_metric(r, "ech", "pt_lines_fraction_l2")),
         },
         Finding {
             name: "translation refs served by DRAM, Utopia / radix",
-            paper: "fewer (Fig. 20)",
+            paper: "fewer: < 1× (Fig. 20)",
             paper_value: None,
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| {
                 geomean(r, |r, w| {
                     Some(translation_dram_refs(r.get(&format!("{w}-utopia"))?) / translation_dram_refs(r.get(&format!("{w}-radix"))?))
@@ -146,22 +176,22 @@ fn findings() -> Vec<Finding> {
         Finding {
             name: "TAR cache hit rate, Utopia",
             paper: "81 %",
-            paper_value: Some(0.81),
-            unit: "fraction",
-            ours: |r| mean_driver_metric(r, "utopia", "tar_cache_hit_rate"),
+            paper_value: Some(81.0),
+            kind: Kind::Percent,
+            ours: |r| percent(mean_driver_metric(r, "utopia", "tar_cache_hit_rate")),
         },
         Finding {
             name: "SF cache hit rate, Utopia",
             paper: "98 %",
-            paper_value: Some(0.98),
-            unit: "fraction",
-            ours: |r| mean_driver_metric(r, "utopia", "sf_cache_hit_rate"),
+            paper_value: Some(98.0),
+            kind: Kind::Percent,
+            ours: |r| percent(mean_driver_metric(r, "utopia", "sf_cache_hit_rate")),
         },
         Finding {
             name: "DRAM row conflicts, Utopia / radix",
-            paper: "fewer (Fig. 21)",
+            paper: "fewer: < 1× (Fig. 21)",
             paper_value: None,
-            unit: "x",
+            kind: Kind::Ratio,
             ours: |r| geomean(r, |r, w| ratio(r, &format!("{w}-utopia"), &format!("{w}-radix"), "dram_row_conflicts")),
         },
     ]

@@ -26,7 +26,7 @@
 //! each latency — what the same access would not have waited with ideal translation — is
 //! counted apart, so one run reports its own translation overhead and fraction of ideal.
 
-use super::{progress, refill, spawn, RunOutput, Source, Stream, CHUNK, INTERRUPTED};
+use super::{input_bytes, progress, refill, run_total, spawn, RunOutput, Source, Stream, CHUNK, INTERRUPTED};
 use crate::arch::Design;
 use crate::config::accel::{CacheKind, WalkModel};
 use crate::config::Config;
@@ -164,7 +164,7 @@ pub(super) fn run<D: Driver>(
     cfg: &Config,
     mut driver: D,
     traces: Vec<(String, Box<dyn AccessSource>)>,
-    show_progress: bool,
+    show_progress: &super::Show,
 ) -> Result<RunOutput> {
     let started = Instant::now();
     let ac = &cfg.accel;
@@ -309,9 +309,10 @@ fn access_loop<D: Driver>(
     sources: &mut [Source],
     cfg: &Config,
     design: &str,
-    show_progress: bool,
+    show_progress: &super::Show,
 ) -> Result<bool> {
-    let mut progress = progress::Progress::new(show_progress, design, cfg.sim.max_accesses);
+    let mut progress = progress::Progress::new(show_progress, design, run_total(sources, cfg.sim.max_accesses));
+    let mut runaway = super::runaway::Runaway::default();
     let limit = if cfg.sim.max_accesses == 0 { u64::MAX } else { cfg.sim.max_accesses };
     let mut total = 0u64;
     let mut next_epoch = cfg.sim.epoch_accesses;
@@ -391,16 +392,18 @@ fn access_loop<D: Driver>(
             m.os.now = now / m.os_scale;
             m.os.tick(now * ms_per_cycle * cfg.os.time_scale)?;
             m.apply_shootdowns(agents);
-            progress.update(total);
-            if INTERRUPTED.load(Ordering::Relaxed) {
-                return Ok(true);
-            }
+        }
+        // After each chunk, as in the core loop (`CHUNK`).
+        progress.update(total, || input_bytes(sources));
+        runaway.check(total, &m.os.stats, cfg.os.memory, cfg.os.thp);
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            return Ok(true);
         }
         if total >= limit {
             break;
         }
     }
-    progress.finish(total);
+    progress.finish();
     if !warm {
         return Err(Error::config(
             "sim.warmup_accesses",

@@ -13,6 +13,9 @@
 
 pub mod accel;
 pub mod progress;
+pub mod runaway;
+
+pub use progress::Show;
 
 use crate::arch::nested::{Nested, NestedConfig, Nesting, NESTABLE};
 use crate::arch::{Design, Registered};
@@ -31,12 +34,15 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-/// Set by the Ctrl-C handler: the run stops at the next epoch and reports what it has.
+/// Set by the Ctrl-C handler: the run stops after the chunk ([`CHUNK`] accesses) it is in and
+/// reports what it has.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 /// Accesses fetched from a producer at a time.
 const BATCH: usize = 4096;
-/// Accesses a core runs before the scheduler picks the core furthest behind again.
+/// Accesses a core runs before the scheduler picks the core furthest behind again. Ctrl-C and
+/// the progress bar are looked at after each chunk, not per access (at ~0.1 M accesses/s, the
+/// slowest configs, a chunk takes ~3 ms; an epoch, 2^20 accesses, would take ~10 s).
 const CHUNK: usize = 256;
 /// How far past the next core a core whose only runnable thread is stalled moves its clock.
 const IDLE_CYCLES: f64 = 1000.0;
@@ -173,7 +179,7 @@ pub struct RunOutput {
 }
 
 /// Runs `design` on the configured workload, or on `traces` (one process each) if given.
-pub fn run(design: &Design, cfg: &Config, traces: &[PathBuf], progress: bool) -> Result<RunOutput> {
+pub fn run(design: &Design, cfg: &Config, traces: &[PathBuf], progress: impl Into<Show>) -> Result<RunOutput> {
     let inputs: Vec<TraceInput> = traces.iter().cloned().map(TraceInput::Path).collect();
     run_inputs(design, cfg, &inputs, progress)
 }
@@ -182,14 +188,15 @@ pub fn run(design: &Design, cfg: &Config, traces: &[PathBuf], progress: bool) ->
 /// ([`TraceInput::Command`]). Each input is one process (address space); each of its threads
 /// ([`AccessSource::threads`], which may grow during the run) is a stream of its own, the
 /// streams spread over the cores round-robin.
-pub fn run_inputs(design: &Design, cfg: &Config, inputs: &[TraceInput], progress: bool) -> Result<RunOutput> {
+pub fn run_inputs(design: &Design, cfg: &Config, inputs: &[TraceInput], progress: impl Into<Show>) -> Result<RunOutput> {
+    let progress: Show = progress.into();
     if let Some(profile) = profile_config(cfg) {
         let sources = inputs.iter().map(|i| Ok((i.name(), trace::open_input(i)?))).collect::<Result<Vec<_>>>()?;
         return with_profiled_hints(
             profile,
             cfg,
-            |c| run_sources(design, c, sources, progress),
-            |c| run_inputs(design, c, inputs, progress),
+            |c| run_sources(design, c, sources, progress.clone()),
+            |c| run_inputs(design, c, inputs, progress.clone()),
         );
     }
     let sources = inputs.iter().map(|i| Ok((i.name(), trace::open_input(i)?))).collect::<Result<Vec<_>>>()?;
@@ -198,7 +205,13 @@ pub fn run_inputs(design: &Design, cfg: &Config, inputs: &[TraceInput], progress
 
 /// Like [`run_inputs`], with access sources the caller opened, each named for the results.
 /// With no sources the configured workload runs.
-pub fn run_sources(design: &Design, cfg: &Config, sources: Vec<(String, Box<dyn AccessSource>)>, progress: bool) -> Result<RunOutput> {
+pub fn run_sources(
+    design: &Design,
+    cfg: &Config,
+    sources: Vec<(String, Box<dyn AccessSource>)>,
+    progress: impl Into<Show>,
+) -> Result<RunOutput> {
+    let progress: Show = progress.into();
     if let Some(profile) = profile_config(cfg) {
         if !sources.is_empty() {
             return Err(Error::config("os.leshy.hints", "offline Leshy on already opened traces needs a hint file"));
@@ -206,8 +219,8 @@ pub fn run_sources(design: &Design, cfg: &Config, sources: Vec<(String, Box<dyn 
         return with_profiled_hints(
             profile,
             cfg,
-            |c| run_sources(design, c, Vec::new(), progress),
-            |c| run_sources(design, c, Vec::new(), progress),
+            |c| run_sources(design, c, Vec::new(), progress.clone()),
+            |c| run_sources(design, c, Vec::new(), progress.clone()),
         );
     }
     // The one dispatch of a run: everything below is monomorphised for the driver (for a
@@ -216,7 +229,7 @@ pub fn run_sources(design: &Design, cfg: &Config, sources: Vec<(String, Box<dyn 
         macro_rules! guest {
             ($($name:ident => $ty:ty,)*) => {
                 match n.guest.driver {
-                    $( stringify!($name) => run_on_host::<$ty>(design, n, cfg, sources, progress), )*
+                    $( stringify!($name) => run_on_host::<$ty>(design, n, cfg, sources, &progress), )*
                     other => Err(not_nestable(other)),
                 }
             };
@@ -226,7 +239,7 @@ pub fn run_sources(design: &Design, cfg: &Config, sources: Vec<(String, Box<dyn 
     macro_rules! dispatch {
         ($($name:ident => $ty:ty,)*) => {
             match design.driver {
-                $( stringify!($name) => run_with(design, cfg, <$ty as Driver>::from_config(&<$ty as Registered>::config(&cfg.arch), cfg.seed)?, sources, progress), )*
+                $( stringify!($name) => run_with(design, cfg, <$ty as Driver>::from_config(&<$ty as Registered>::config(&cfg.arch), cfg.seed)?, sources, &progress), )*
                 other => Err(Error::Unknown { what: "driver", name: other.into(), known: crate::arch::DRIVERS.iter().map(|d| d.to_string()).collect() }),
             }
         };
@@ -281,7 +294,7 @@ fn run_on_host<G: Registered>(
     n: Nesting,
     cfg: &Config,
     sources: Vec<(String, Box<dyn AccessSource>)>,
-    progress: bool,
+    progress: &Show,
 ) -> Result<RunOutput> {
     macro_rules! host {
         ($($name:ident => $ty:ty,)*) => {
@@ -299,7 +312,7 @@ fn run_nested<G: Registered, H: Registered>(
     design: &Design,
     cfg: &Config,
     sources: Vec<(String, Box<dyn AccessSource>)>,
-    progress: bool,
+    progress: &Show,
 ) -> Result<RunOutput> {
     let nc = NestedConfig::<G, H>::new(&cfg.arch, &cfg.host, cfg.os.memory);
     run_with(design, cfg, Nested::<G, H>::from_config(&nc, cfg.seed)?, sources, progress)
@@ -323,7 +336,7 @@ fn run_with<D: Driver>(
     cfg: &Config,
     driver: D,
     traces: Vec<(String, Box<dyn AccessSource>)>,
-    show_progress: bool,
+    show_progress: &Show,
 ) -> Result<RunOutput> {
     if cfg.accel.enabled {
         return accel::run(design, cfg, driver, traces, show_progress);
@@ -438,9 +451,10 @@ fn access_loop<D: Driver, M: Mode>(
     sources: &mut [Source],
     cfg: &Config,
     design: &str,
-    show_progress: bool,
+    show_progress: &Show,
 ) -> Result<bool> {
-    let mut progress = progress::Progress::new(show_progress, design, cfg.sim.max_accesses);
+    let mut progress = progress::Progress::new(show_progress, design, run_total(sources, cfg.sim.max_accesses));
+    let mut runaway = runaway::Runaway::default();
     let mut total: u64 = 0;
     let mut next_epoch = cfg.sim.epoch_accesses;
     let mut warm = cfg.sim.warmup_accesses == 0;
@@ -522,16 +536,17 @@ fn access_loop<D: Driver, M: Mode>(
             // runtime: khugepaged runs on an otherwise idle CPU (docs/os-model.md).
             cores[0].stats.os_cycles += eng.os.cycles(OsPath::Promote) - before;
             apply_shootdowns(&mut eng.os, cores, &mut eng.mem);
-            progress.update(total);
-            if INTERRUPTED.load(Ordering::Relaxed) {
-                return Ok(true);
-            }
+        }
+        progress.update(total, || input_bytes(sources));
+        runaway.check(total, &eng.os.stats, cfg.os.memory, cfg.os.thp);
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            return Ok(true);
         }
         if total >= limit {
             break;
         }
     }
-    progress.finish(total);
+    progress.finish();
     if !warm {
         return Err(Error::config(
             "sim.warmup_accesses",
@@ -539,6 +554,41 @@ fn access_loop<D: Driver, M: Mode>(
         ));
     }
     Ok(false)
+}
+
+/// What a run knows of its length up front, for the progress bar: the accesses of its sources if
+/// each knows them (capped by `sim.max_accesses`), else the cap, else the size of its input files.
+fn run_total(sources: &[Source], max_accesses: u64) -> progress::Total {
+    use progress::Total;
+    let known: Option<u64> = sources
+        .iter()
+        .map(|s| match s {
+            Source::Workload(w) => w.total_accesses(),
+            Source::Trace(t, _, _) => t.total_accesses(),
+        })
+        .sum();
+    let bytes: Option<u64> = sources
+        .iter()
+        .map(|s| match s {
+            Source::Workload(_) => None,
+            Source::Trace(t, _, _) => t.bytes_read().map(|b| b.1),
+        })
+        .sum();
+    match (known, max_accesses, bytes) {
+        (Some(n), 0, _) => Total::Accesses(n),
+        (Some(n), m, _) => Total::Accesses(n.min(m)),
+        (None, m, _) if m > 0 => Total::Accesses(m),
+        (None, _, Some(b)) => Total::Bytes(b),
+        (None, _, None) => Total::Unknown,
+    }
+}
+
+/// Bytes the run's trace files have been read and their sizes, summed.
+fn input_bytes(sources: &[Source]) -> (u64, u64) {
+    sources.iter().fold((0, 0), |(r, s), src| match src {
+        Source::Trace(t, _, _) => t.bytes_read().map_or((r, s), |b| (r + b.0, s + b.1)),
+        Source::Workload(_) => (r, s),
+    })
 }
 
 /// The core furthest behind in simulated time that still has work.

@@ -117,13 +117,9 @@ pub fn status(root: &Path) -> Result<StatusReport> {
     })
 }
 
-/// One CSV field, quoted only if it holds a comma, a quote or a line break (RFC 4180).
+/// One CSV field, quoted only where RFC 4180 needs it (the results CSV's own rule).
 fn field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
+    crate::report::csv_field(s).into_owned()
 }
 
 fn number(v: &Json) -> String {

@@ -304,3 +304,57 @@ pub fn sweep(grid: &Grid, root: &Path, opts: &Options) -> Result<Summary> {
         interrupted: pending > 0 && INTERRUPTED.load(Ordering::Relaxed),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A panic or an error in one point is that point's outcome; every other point still runs.
+    #[test]
+    fn panics_and_errors_are_outcomes_of_their_point() {
+        let seen = Mutex::new(Vec::new());
+        execute(
+            5,
+            2,
+            |i| match i {
+                1 => panic!("point {i} blew up"),
+                3 => Err(Error::config("sim.test", "bad")),
+                _ => Ok(RunOutput { cycles: i as f64, ..RunOutput::default() }),
+            },
+            |i, o, _| {
+                let what = match o {
+                    Outcome::Done(r) => format!("done {}", r.cycles),
+                    Outcome::Failed(e) => format!("failed {e}"),
+                    Outcome::Interrupted => "interrupted".into(),
+                };
+                seen.lock().unwrap().push((i, what));
+                true
+            },
+        );
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort();
+        assert_eq!(seen.len(), 5);
+        assert_eq!(seen[0].1, "done 0");
+        assert!(seen[1].1.starts_with("failed the simulator panicked") && seen[1].1.ends_with("point 1 blew up"), "{}", seen[1].1);
+        assert_eq!(seen[3].1, "failed config key `sim.test`: bad");
+        assert_eq!(seen[4].1, "done 4");
+        // An interrupted run is its own outcome (not recorded).
+        assert!(matches!(guarded(|| Ok(RunOutput { interrupted: true, ..RunOutput::default() })), Outcome::Interrupted));
+    }
+
+    /// `done` returning false stops the scheduling (a record that cannot be written).
+    #[test]
+    fn done_can_stop_the_scheduling() {
+        let ran = AtomicUsize::new(0);
+        execute(
+            100,
+            1,
+            |_| {
+                ran.fetch_add(1, Ordering::Relaxed);
+                Ok(RunOutput::default())
+            },
+            |i, _, _| i < 2,
+        );
+        assert_eq!(ran.into_inner(), 3);
+    }
+}

@@ -99,6 +99,8 @@ impl Record {
 pub struct Reader {
     path: String,
     what: &'static str,
+    /// How much of the file has been read (a reader of a file, not of any `BufRead`).
+    count: Option<stream::ReadCount>,
     input: Box<dyn BufRead>,
     with_fetches: bool,
     /// Whole records read but not yet expanded, `buf[pos..end]`.
@@ -122,9 +124,10 @@ pub struct Reader {
 impl Reader {
     /// Opens `path`, decompressing by suffix (`.gz`, `.xz`, `.zst`).
     pub fn open(path: &Path, with_fetches: bool) -> Result<Reader> {
-        let (input, comp) = stream::open_decompressed(path)?;
+        let (input, comp, count) = stream::open_counted(path)?;
         let mut r = Reader::new(input, &stream::display(path), with_fetches);
         r.what = comp.describe();
+        r.count = Some(count);
         Ok(r)
     }
 
@@ -137,6 +140,7 @@ impl Reader {
         Reader {
             path: path.to_string(),
             what: Compression::None.describe(),
+            count: None,
             input,
             with_fetches,
             buf: vec![0u8; READ_RECORDS * RECORD_BYTES].into_boxed_slice(),
@@ -216,6 +220,10 @@ impl Reader {
 }
 
 impl AccessSource for Reader {
+    fn bytes_read(&self) -> Option<(u64, u64)> {
+        self.count.as_ref().and_then(|c| c.get())
+    }
+
     fn fill(&mut self, out: &mut [Access]) -> Result<usize> {
         let mut n = 0;
         loop {

@@ -110,6 +110,8 @@ pub(crate) fn looks_like(head: &[u8], whole_file: bool) -> bool {
 pub struct Reader {
     path: String,
     what: &'static str,
+    /// How much of the file has been read (a reader of a file, not of any `BufRead`).
+    count: Option<stream::ReadCount>,
     input: Box<dyn BufRead>,
     with_fetches: bool,
     line: Vec<u8>,
@@ -126,9 +128,10 @@ pub struct Reader {
 impl Reader {
     /// Opens `path`, decompressing by suffix (`.gz`, `.xz`, `.zst`).
     pub fn open(path: &Path, with_fetches: bool) -> Result<Reader> {
-        let (input, comp) = stream::open_decompressed(path)?;
+        let (input, comp, count) = stream::open_counted(path)?;
         let mut r = Reader::new(input, &stream::display(path), with_fetches);
         r.what = comp.describe();
+        r.count = Some(count);
         Ok(r)
     }
 
@@ -138,6 +141,7 @@ impl Reader {
         Reader {
             path: path.to_string(),
             what: Compression::None.describe(),
+            count: None,
             input,
             with_fetches,
             line: Vec::with_capacity(MAX_LINE),
@@ -189,6 +193,10 @@ impl Reader {
 }
 
 impl AccessSource for Reader {
+    fn bytes_read(&self) -> Option<(u64, u64)> {
+        self.count.as_ref().and_then(|c| c.get())
+    }
+
     fn fill(&mut self, out: &mut [Access]) -> Result<usize> {
         let mut n = 0;
         while n < out.len() {

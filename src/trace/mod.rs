@@ -31,6 +31,15 @@ pub trait AccessSource {
     fn total_instrs(&self) -> Option<u64> {
         None
     }
+    /// Total accesses if known before reading them (native header); for progress displays.
+    fn total_accesses(&self) -> Option<u64> {
+        None
+    }
+    /// (bytes of its file read so far, the file's size) if the source reads a file of known
+    /// size; for progress displays when [`AccessSource::total_accesses`] is unknown.
+    fn bytes_read(&self) -> Option<(u64, u64)> {
+        None
+    }
     /// Threads (separate access streams of one address space) produced so far, numbered from 0.
     /// Files hold one stream; a traced program ([`qemu::Tracer`]) starts with one and grows as it
     /// starts threads, so a consumer checks again after each [`AccessSource::fill_thread`].
@@ -224,12 +233,22 @@ pub struct TraceInfo {
     pub pages_1g: u64,
     /// `pages_4k` × 4 KiB.
     pub footprint_bytes: u64,
-    /// Lowest virtual address accessed (`None` for an empty trace).
+    /// Lowest virtual address accessed (`None` for an empty trace); hex in JSON.
+    #[serde(serialize_with = "hex_addr")]
     pub min_vaddr: Option<u64>,
-    /// Highest virtual address accessed (`None` for an empty trace).
+    /// Highest virtual address accessed (`None` for an empty trace); hex in JSON.
+    #[serde(serialize_with = "hex_addr")]
     pub max_vaddr: Option<u64>,
     /// Reading stopped at the `limit` given to [`info`] (the trace may hold more).
     pub limited: bool,
+}
+
+/// An address as the string `"0x…"` (JSON numbers are decimal), `null` for none.
+fn hex_addr<S: serde::Serializer>(a: &Option<u64>, s: S) -> std::result::Result<S::Ok, S::Error> {
+    match a {
+        Some(a) => s.serialize_str(&format!("{a:#x}")),
+        None => s.serialize_none(),
+    }
 }
 
 /// Multiplicative hash for page numbers: the default SipHash costs more than everything else
@@ -359,12 +378,15 @@ mod tests {
         assert_eq!((t.pages_4k, t.pages_2m, t.pages_1g), (6, 5, 4));
         assert_eq!(t.footprint_bytes, 6 * 4096);
         assert_eq!((t.min_vaddr, t.max_vaddr), (Some(0x1000), Some(u64::MAX)));
+        let j = serde_json::to_value(&t).unwrap();
+        assert_eq!((&j["min_vaddr"], &j["max_vaddr"]), (&serde_json::json!("0x1000"), &serde_json::json!("0xffffffffffffffff")));
         assert!(!t.limited);
         assert_eq!(t.header_instructions, None);
         let t = info(&mut VecSource(v, 0), Some(3)).unwrap();
         assert_eq!((t.accesses, t.pages_4k, t.pages_2m, t.limited), (3, 2, 1, true));
         let empty = info(&mut VecSource(Vec::new(), 0), None).unwrap();
         assert_eq!(empty, TraceInfo::default());
+        assert_eq!(serde_json::to_value(&empty).unwrap()["min_vaddr"], serde_json::Value::Null);
     }
 
     #[test]

@@ -454,6 +454,10 @@ impl AccessSource for Reader {
     fn total_instrs(&self) -> Option<u64> {
         Some(self.header.instrs)
     }
+
+    fn total_accesses(&self) -> Option<u64> {
+        Some(self.header.records)
+    }
 }
 
 /// Writes a native trace. Streams records through zstd and, at [`AccessSink::finish`], seeks

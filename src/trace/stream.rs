@@ -9,6 +9,8 @@ use std::fmt;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Buffer size of file readers, decompressors and writers: big enough that system calls and
 /// decompressor calls are amortised over thousands of records.
@@ -99,12 +101,34 @@ impl fmt::Display for FileError {
 
 impl std::error::Error for FileError {}
 
-/// A file whose read errors carry the [`FileError`] mark.
-struct MarkedFile(File);
+/// A file whose read errors carry the [`FileError`] mark, counting the bytes read from it.
+struct MarkedFile(File, Arc<AtomicU64>);
 
 impl Read for MarkedFile {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.0.read(buf).map_err(|e| if e.kind() == io::ErrorKind::Interrupted { e } else { io::Error::new(e.kind(), FileError(e)) })
+        let n =
+            self.0
+                .read(buf)
+                .map_err(|e| if e.kind() == io::ErrorKind::Interrupted { e } else { io::Error::new(e.kind(), FileError(e)) })?;
+        // Once per buffer refill (256 KiB), not per record.
+        self.1.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// How much of a file its reader has read, and the file's size: a progress display's measure
+/// for traces whose access count is unknown until they are read (ChampSim, lackey). The count
+/// runs ahead of the records decoded by the read-ahead buffers, a few hundred KiB.
+#[derive(Clone, Debug)]
+pub(crate) struct ReadCount {
+    read: Arc<AtomicU64>,
+    size: u64,
+}
+
+impl ReadCount {
+    /// (bytes read, file size); `None` for a file of unknown size (a pipe).
+    pub(crate) fn get(&self) -> Option<(u64, u64)> {
+        (self.size > 0).then(|| (self.read.load(Ordering::Relaxed).min(self.size), self.size))
     }
 }
 
@@ -125,14 +149,20 @@ pub(crate) fn read_error(path: &str, offset: u64, what: &str, err: io::Error) ->
 /// Opens `path` without decompressing it.
 pub(crate) fn open_raw(path: &Path) -> Result<Box<dyn BufRead>> {
     let f = File::open(path).map_err(|e| Error::io(display(path), e))?;
-    Ok(Box::new(BufReader::with_capacity(IO_BUF, MarkedFile(f))))
+    Ok(Box::new(BufReader::with_capacity(IO_BUF, MarkedFile(f, Arc::default()))))
 }
 
 /// Opens `path` and decompresses it according to its suffix (see [`Compression::of`]).
 pub(crate) fn open_decompressed(path: &Path) -> Result<(Box<dyn BufRead>, Compression)> {
+    open_counted(path).map(|(r, comp, _)| (r, comp))
+}
+
+/// [`open_decompressed`], and how much of the file has been read.
+pub(crate) fn open_counted(path: &Path) -> Result<(Box<dyn BufRead>, Compression, ReadCount)> {
     let comp = Compression::of(path)?;
     let f = File::open(path).map_err(|e| Error::io(display(path), e))?;
-    let raw = BufReader::with_capacity(IO_BUF, MarkedFile(f));
+    let count = ReadCount { read: Arc::default(), size: f.metadata().map(|m| m.len()).unwrap_or(0) };
+    let raw = BufReader::with_capacity(IO_BUF, MarkedFile(f, count.read.clone()));
     let r: Box<dyn BufRead> = match comp {
         Compression::None => Box::new(raw),
         Compression::Gzip => Box::new(BufReader::with_capacity(IO_BUF, flate2::bufread::MultiGzDecoder::new(raw))),
@@ -142,7 +172,7 @@ pub(crate) fn open_decompressed(path: &Path) -> Result<(Box<dyn BufRead>, Compre
             Box::new(BufReader::with_capacity(IO_BUF, d))
         }
     };
-    Ok((r, comp))
+    Ok((r, comp, count))
 }
 
 /// Reads until `buf` is full or the stream ends; returns the bytes read. Unlike `read_exact`, a

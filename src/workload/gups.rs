@@ -167,6 +167,10 @@ impl Workload for Gups {
         }
         Ok(n)
     }
+
+    fn total_accesses(&self) -> Option<u64> {
+        Some(2 * self.updates)
+    }
 }
 
 #[cfg(test)]
@@ -207,6 +211,7 @@ mod tests {
             }
         }
         assert_eq!(stores.len(), 5000);
+        assert_eq!(g.total_accesses(), Some(10_000), "a load and a store per update");
         // Recompute the values: stream order is j = k % 128.
         let mut ran: Vec<u64> = (0..STREAMS).map(|j| hpcc_starts(4 * words as i64 / 128 * j as i64)).collect();
         for (k, &addr) in stores.iter().enumerate() {

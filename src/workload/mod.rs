@@ -47,6 +47,11 @@ pub trait Workload {
     /// Writes the next accesses of `thread` into `buf` and returns how many; 0 means the thread is
     /// done. May map or unmap memory through `vm` as the program would.
     fn fill(&mut self, thread: usize, buf: &mut [Access], vm: &mut dyn Vm) -> Result<usize>;
+    /// The accesses `fill` will produce in all, if known before running (for progress displays;
+    /// most graph and application workloads only know when they are done).
+    fn total_accesses(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// One documented parameter of a workload.
@@ -123,6 +128,11 @@ impl Params {
             values.insert(p.name, v.clone());
         }
         Ok(Params { workload: entry.name, values })
+    }
+
+    /// Every parameter's value (given, else the default), by name.
+    pub fn values(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        self.values.iter().map(|(k, v)| (*k, v.as_str()))
     }
 
     fn raw(&self, key: &str) -> &str {

@@ -130,6 +130,10 @@ impl Workload for PtrChase {
         self.done += n as u64;
         Ok(n)
     }
+
+    fn total_accesses(&self) -> Option<u64> {
+        Some(self.steps)
+    }
 }
 
 #[cfg(test)]
@@ -164,6 +168,7 @@ mod tests {
         let (mut w, mut vm) = chase(&[("footprint", "1M"), ("stride", "4K"), ("steps", "768")], 7);
         let a = drain(w.as_mut(), &mut vm);
         assert_eq!(a.len(), 768);
+        assert_eq!(w.total_accesses(), Some(768), "the progress bar's total");
         for round in a.chunks(256) {
             let pages: BTreeSet<u64> = round.iter().map(|x| x.vaddr >> 12).collect();
             assert_eq!(pages.len(), 256, "a round touches every node once");

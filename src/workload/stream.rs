@@ -80,6 +80,12 @@ impl Workload for Stream {
         }
         Ok(n)
     }
+
+    fn total_accesses(&self) -> Option<u64> {
+        // A load and a store per element; the elements start at 0, `stride` apart, and end
+        // where a word no longer fits.
+        Some(self.passes * ((self.footprint - 8) / self.stride + 1) * 2)
+    }
 }
 
 #[cfg(test)]
@@ -114,5 +120,6 @@ mod tests {
         assert_eq!(loads.len(), 1024);
         assert!(loads.values().all(|&c| c == 2));
         assert_eq!(total, 4096);
+        assert_eq!(w.total_accesses(), Some(total), "the progress bar's total");
     }
 }
