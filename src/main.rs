@@ -92,6 +92,12 @@ enum Cmd {
         /// Accesses per benchmark.
         #[arg(long, default_value_t = 20_000_000)]
         accesses: u64,
+        /// Designs to measure, comma-separated (default: radix4, radix4-thp, ecpt, utopia, ideal, radix4@radix4).
+        #[arg(long, value_delimiter = ',')]
+        designs: Option<Vec<String>>,
+        /// Workloads to measure, comma-separated (default: gups, stream, bfs).
+        #[arg(long, value_delimiter = ',')]
+        workloads: Option<Vec<String>>,
     },
     /// Re-run a paper's comparisons and print our numbers beside the paper's (`emt`, ...).
     Reproduce {
@@ -317,24 +323,65 @@ fn run_designs(names: &[String], opts: &RunOpts) -> Result<()> {
     Ok(())
 }
 
-fn bench(accesses: u64) -> Result<()> {
-    println!("xlate bench: {accesses} accesses each, full model (TLBs, PWCs, caches, DRAM), release build expected");
-    for (design, wl, params) in [
-        ("radix4", "gups", vec!["workload.params.table=4G".to_string(), format!("workload.params.updates={}", accesses / 2)]),
-        ("radix4", "stream", vec![format!("workload.params.footprint={}", accesses / 2 * 8)]),
-        ("radix4@radix4", "gups", vec!["workload.params.table=4G".to_string(), format!("workload.params.updates={}", accesses / 2)]),
-    ] {
-        let mut sets = vec![format!("workload.name=\"{wl}\"")];
-        sets.extend(params);
-        let cfg = Layers { sets, ..Layers::default() }.resolve(Some(arch::lookup(design)?))?;
-        let r = sim::run(arch::lookup(design)?, &cfg, &[], false)?;
-        println!(
-            "{design:>13} {wl:<7} {:>12} accesses in {:7.3} s (incl. setup {:.3} s): {:7.2} M accesses/s in the access loop",
-            r.core.accesses,
-            r.wall_s,
-            r.setup_s,
-            r.core.accesses as f64 / (r.wall_s - r.setup_s) / 1e6
-        );
+/// The designs `xlate bench` measures by default (issue 16's list), and the nested pair.
+const BENCH_DESIGNS: &[&str] = &["radix4", "radix4-thp", "ecpt", "utopia", "ideal", "radix4@radix4"];
+/// The workloads it measures: random (GUPS over 4 GiB), sequential, and a graph.
+const BENCH_WORKLOADS: &[&str] = &["gups", "stream", "bfs"];
+
+/// The `--set`s that make `workload` issue about `accesses` accesses in `xlate bench`.
+fn bench_params(workload: &str, accesses: u64) -> Vec<String> {
+    match workload {
+        // Each update is a load and a store.
+        "gups" => vec!["workload.params.table=4G".into(), format!("workload.params.updates={}", accesses / 2)],
+        // A read and a write per 8-byte word.
+        "stream" => vec![format!("workload.params.footprint={}", accesses / 2 * 8)],
+        // The default 1 GiB graph, stopped after `accesses`.
+        "bfs" => vec![format!("workload.params.max_accesses={accesses}")],
+        _ => vec![],
+    }
+}
+
+/// The host's peak resident set so far (`VmHWM`), in bytes; resets it when `reset` (Linux
+/// `clear_refs` 5), so each benchmark reports its own. `None` where /proc does not say.
+fn peak_rss(reset: bool) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    if reset {
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+    }
+    Some(kib << 10)
+}
+
+fn bench(accesses: u64, designs: Option<Vec<String>>, workloads: Option<Vec<String>>) -> Result<()> {
+    let designs = designs.unwrap_or_else(|| BENCH_DESIGNS.iter().map(|d| d.to_string()).collect());
+    let workloads = workloads.unwrap_or_else(|| BENCH_WORKLOADS.iter().map(|w| w.to_string()).collect());
+    println!("xlate bench: about {accesses} accesses each, full model (TLBs, PWCs, caches, DRAM), release build expected");
+    println!(
+        "{:>14} {:<7} {:>10} {:>12} {:>15} {:>10} {:>10}",
+        "design", "workload", "accesses", "loop M acc/s", "loop CPU s/M acc", "setup s", "peak RSS"
+    );
+    for wl in &workloads {
+        for design in &designs {
+            // The nested pair on GUPS only: the other workloads add nothing its walk does not show.
+            if design.contains('@') && wl != "gups" {
+                continue;
+            }
+            let mut sets = vec![format!("workload.name=\"{wl}\"")];
+            sets.extend(bench_params(wl, accesses));
+            let cfg = Layers { sets, ..Layers::default() }.resolve(Some(arch::lookup(design)?))?;
+            peak_rss(true);
+            let r = sim::run(arch::lookup(design)?, &cfg, &[], false)?;
+            let n = r.core.accesses as f64;
+            let rss = peak_rss(false).map_or("n/a".to_string(), |b| format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64));
+            println!(
+                "{design:>14} {wl:<7} {:>10} {:>12.2} {:>15.3} {:>10.3} {:>10}",
+                r.core.accesses,
+                n / (r.wall_s - r.setup_s) / 1e6,
+                r.loop_cpu_s / (n / 1e6),
+                r.setup_s,
+                rss
+            );
+        }
     }
     Ok(())
 }
@@ -508,7 +555,7 @@ fn real_main() -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Bench { accesses } => bench(accesses),
+        Cmd::Bench { accesses, designs, workloads } => bench(accesses, designs, workloads),
         Cmd::Reproduce { study, list, sets, json, quiet, out, force } => {
             if list {
                 for s in xlate::reproduce::STUDIES {

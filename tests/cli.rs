@@ -120,6 +120,19 @@ fn bad_traces() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `xlate bench` measures what it is asked, with units, from a tiny run.
+#[test]
+fn bench_prints_speed_cpu_time_and_memory() {
+    let (code, out, err) = xlate(&["bench", "--accesses", "4000", "--designs", "radix4,ideal", "--workloads", "stream"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("loop M acc/s") && out.contains("loop CPU s/M acc") && out.contains("peak RSS"), "{out}");
+    for d in ["radix4", "ideal"] {
+        let row = out.lines().find(|l| l.split_whitespace().next() == Some(d)).unwrap_or_else(|| panic!("no {d} row: {out}"));
+        assert!(row.contains("stream") && row.contains("MiB"), "{row}");
+    }
+    fails_with(&["bench", "--accesses", "1000", "--designs", "nosuch"], &["nosuch"]);
+}
+
 #[test]
 fn listings() {
     for cmd in ["designs", "workloads", "presets"] {

@@ -31,7 +31,7 @@ use super::radix::{Radix, RadixConfig, RadixPwc, RadixSpace};
 use super::{ArchConfig, Design, Registered};
 use crate::addr::PageSize;
 use crate::error::{Error, Result};
-use crate::mem::assoc::{Replacement, SetAssoc};
+use crate::mem::assoc::{check_ways, Replacement, SetAssoc};
 use crate::tapi::{Driver, MemoryTlb, TObj, Tdb, TdbEnv, Translation, WalkPlan};
 
 /// How the POM-TLB holds the two page sizes.
@@ -142,6 +142,7 @@ impl PomTlbConfig {
         if self.ways == 0 {
             return Err(Error::config(format!("{key}.ways"), "must be at least 1"));
         }
+        check_ways(&format!("{key}.ways"), u64::from(self.ways))?;
         if self.entries == 0 || !self.entries.is_multiple_of(self.ways) || !(self.entries / self.ways).is_power_of_two() {
             return Err(Error::config(
                 format!("{key}.entries"),

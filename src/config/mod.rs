@@ -93,7 +93,8 @@ pub struct SimConfig {
     /// Accesses simulated before every reported count restarts, at exactly that access (caches,
     /// TLBs and memory stay warm; docs/results-schema.md).
     pub warmup_accesses: u64,
-    /// Accesses between epochs (PT-share sampling, background OS work, progress, Ctrl-C checks).
+    /// Accesses between epochs (PT-share sampling, background OS work). Progress and Ctrl-C are
+    /// checked every chunk of accesses instead, whatever this is (docs/robustness.md).
     pub epoch_accesses: u64,
     /// Compare every walk and TLB hit with the OS's ground truth.
     pub checked: bool,

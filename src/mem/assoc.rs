@@ -30,25 +30,50 @@ pub enum Replacement {
 pub const INVALID_TAG: u64 = u64::MAX;
 
 /// Largest 2-bit RRPV: "distant re-reference", the only value that can be evicted.
-const RRPV_DISTANT: u64 = 3;
+const RRPV_DISTANT: u16 = 3;
 /// RRPV given to a fill: "long re-reference" (Jaleel et al. ISCA'10: SRRIP inserts at 2^M - 2, here M = 2).
-const RRPV_LONG: u64 = 2;
+const RRPV_LONG: u16 = 2;
+
+/// LRU state of an invalid way is `INVALID_RANK + (ways - 1 - way)`: above every valid way's rank,
+/// so the victim search (largest state) takes invalid ways first, lowest index first.
+const INVALID_RANK: u16 = 0x8000;
+
+/// Most ways a set may have: LRU ranks and the invalid marks above share one `u16` per way.
+pub const MAX_WAYS: u32 = INVALID_RANK as u32;
+
+/// Checks `ways` against [`MAX_WAYS`] for the config key `key`.
+pub fn check_ways(key: &str, ways: u64) -> crate::error::Result<()> {
+    if ways > u64::from(MAX_WAYS) {
+        return Err(crate::error::Error::config(
+            key.to_string(),
+            format!("at most {MAX_WAYS} ways per set are supported (got {ways}); a larger fully associative structure is not modelled"),
+        ));
+    }
+    Ok(())
+}
 
 /// A set-associative array of tags with LRU or SRRIP replacement.
+///
+/// Host layout (docs/performance.md): a set's tags are `ways` consecutive `u64`s followed by its
+/// replacement state, `ways` `u16`s, so a 16-way set's state is 32 bytes next to its tags and a
+/// miss's victim search is a few vector instructions.
 #[derive(Clone)]
 pub struct SetAssoc {
     sets: usize,
     ways: usize,
     policy: Replacement,
-    /// Set-major; each set is `ways` tags ([`INVALID_TAG`] in empty ways) followed by `ways` words of
-    /// replacement state. Keeping a set's tags and state adjacent means a miss, which reads both, touches
-    /// one contiguous run of host memory instead of two distant ones.
+    /// Words per set: `ways` tags, then the `ways` `u16` replacement states packed four to a word.
+    stride: usize,
+    /// Set-major; each set is `stride` words: its tags ([`INVALID_TAG`] in empty ways), then its
+    /// replacement state. Keeping them adjacent means a miss, which reads both, touches one
+    /// contiguous run of host memory (a 16-way set: 160 bytes).
     ///
-    /// Replacement state: LRU, the stamp of the last touch (larger = more recent; a 64-bit clock never
-    /// wraps in any feasible run); SRRIP, the RRPV 0..=3.
+    /// Replacement state:
+    /// LRU: the recency rank of each valid way (0 = most recently used; the valid ways of a set hold
+    /// 0..valid-1, each once) and `INVALID_RANK + (ways - 1 - way)` for an invalid way. Ranks give
+    /// the same order as timestamps but fit 16 bits, and a hit on the most recent way changes
+    /// nothing. SRRIP: the RRPV 0..=3 ([`RRPV_DISTANT`] in invalid ways).
     data: Vec<u64>,
-    /// LRU clock, bumped on every touch.
-    clock: u64,
 }
 
 impl fmt::Debug for SetAssoc {
@@ -61,21 +86,22 @@ impl fmt::Debug for SetAssoc {
 impl SetAssoc {
     /// An empty store of `sets` × `ways`. `sets` should be a power of two so callers can index by masking
     /// (the caller validates its config; this type works with any `sets >= 1`). Panics if `ways` or `sets`
-    /// is 0.
+    /// is 0 or `ways` exceeds [`MAX_WAYS`] (configs check with [`check_ways`]).
     pub fn new(sets: usize, ways: usize, policy: Replacement) -> Self {
         assert!(sets >= 1 && ways >= 1, "a set-associative store needs at least one set and one way (got {sets} × {ways})");
-        let n = sets.checked_mul(2 * ways).expect("sets × ways overflows usize");
-        let mut s = SetAssoc { sets, ways, policy, data: vec![0; n], clock: 0 };
+        assert!(ways <= MAX_WAYS as usize, "{ways} ways exceed the {MAX_WAYS} supported");
+        let stride = ways + ways.div_ceil(4);
+        let n = sets.checked_mul(stride).expect("sets × ways overflows usize");
+        let mut s = SetAssoc { sets, ways, policy, stride, data: vec![0; n] };
         s.clear();
         s
     }
 
-    /// Replacement state of an invalid way (irrelevant for victim choice, which takes invalid ways first,
-    /// but kept canonical so `clear` and `new` agree).
+    /// Replacement state of invalid way `way`.
     #[inline(always)]
-    const fn empty_meta(policy: Replacement) -> u64 {
-        match policy {
-            Replacement::Lru => 0,
+    fn empty_meta(&self, way: usize) -> u16 {
+        match self.policy {
+            Replacement::Lru => INVALID_RANK + (self.ways - 1 - way) as u16,
             Replacement::Srrip => RRPV_DISTANT,
         }
     }
@@ -104,29 +130,55 @@ impl SetAssoc {
         set * self.ways + way
     }
 
-    /// Start of `set` in `data`.
+    /// The tags of `set`.
     #[inline(always)]
-    fn base(&self, set: usize) -> usize {
-        set * 2 * self.ways
+    fn set_tags(&self, set: usize) -> &[u64] {
+        let b = set * self.stride;
+        &self.data[b..b + self.ways]
     }
 
-    /// The tags of the set starting at `base`.
+    /// Index of (`set`, `way`)'s tag in `data`.
     #[inline(always)]
-    fn tags(&self, base: usize) -> &[u64] {
-        &self.data[base..base + self.ways]
+    fn at(&self, set: usize, way: usize) -> usize {
+        set * self.stride + way
     }
 
-    /// Marks `way` of the set starting at `base` as just used: LRU makes it most recently used, SRRIP
-    /// predicts near re-reference (RRPV 0).
+    /// The replacement state of `set`.
     #[inline(always)]
-    fn touch_at(&mut self, base: usize, way: usize) {
-        let m = base + self.ways + way;
-        match self.policy {
-            Replacement::Lru => {
-                self.clock += 1;
-                self.data[m] = self.clock;
-            }
-            Replacement::Srrip => self.data[m] = 0,
+    fn set_meta(&mut self, set: usize) -> &mut [u16] {
+        let b = set * self.stride;
+        let ways = self.ways;
+        &mut bytemuck::cast_slice_mut::<u64, u16>(&mut self.data[b + ways..b + self.stride])[..ways]
+    }
+
+    /// The way of `set` holding `tag`.
+    #[inline(always)]
+    fn find(&self, set: usize, tag: u64) -> Option<usize> {
+        self.set_tags(set).iter().position(|&t| t == tag)
+    }
+
+    /// Makes `way` the most recently used way of its set (`meta` is the set's LRU state). The ways
+    /// more recent than it age by one; a way that was invalid counts as older than every valid way.
+    #[inline(always)]
+    fn promote(meta: &mut [u16], way: usize) {
+        if meta[way] == 0 {
+            return; // already the most recent: nothing moves
+        }
+        let r = meta[way].min(INVALID_RANK);
+        // Branch-free over the whole set so it vectorizes; invalid ways (>= INVALID_RANK) never move.
+        meta.iter_mut().for_each(|m| *m += u16::from(*m < r));
+        meta[way] = 0;
+    }
+
+    /// Marks `way` of `set` as just used: LRU makes it most recently used, SRRIP predicts near
+    /// re-reference (RRPV 0).
+    #[inline(always)]
+    fn touch_at(&mut self, set: usize, way: usize) {
+        let policy = self.policy;
+        let meta = self.set_meta(set);
+        match policy {
+            Replacement::Lru => Self::promote(meta, way),
+            Replacement::Srrip => meta[way] = 0,
         }
     }
 
@@ -135,9 +187,8 @@ impl SetAssoc {
     #[inline]
     pub fn lookup(&mut self, set: usize, tag: u64) -> Option<usize> {
         debug_assert!(tag != INVALID_TAG, "INVALID_TAG is reserved");
-        let base = self.base(set);
-        let way = self.tags(base).iter().position(|&t| t == tag)?;
-        self.touch_at(base, way);
+        let way = self.find(set, tag)?;
+        self.touch_at(set, way);
         Some(way)
     }
 
@@ -145,7 +196,7 @@ impl SetAssoc {
     /// must not disturb replacement.
     #[inline]
     pub fn probe(&self, set: usize, tag: u64) -> Option<usize> {
-        self.tags(self.base(set)).iter().position(|&t| t == tag)
+        self.find(set, tag)
     }
 
     /// Marks a valid way as used, as a hit would. For callers that found the way with
@@ -153,9 +204,8 @@ impl SetAssoc {
     /// counts).
     #[inline]
     pub fn touch(&mut self, set: usize, way: usize) {
-        let base = self.base(set);
-        debug_assert!(self.data[base + way] != INVALID_TAG, "touching an invalid way");
-        self.touch_at(base, way);
+        debug_assert!(self.data[self.at(set, way)] != INVALID_TAG, "touching an invalid way");
+        self.touch_at(set, way);
     }
 
     /// Fills `tag` into `set`; the caller guarantees it is not already present. Returns the way used and
@@ -166,81 +216,57 @@ impl SetAssoc {
     /// all RRPVs) as many times as needed to produce one. The new tag is LRU-most-recent, or SRRIP RRPV 2.
     #[inline]
     pub fn insert(&mut self, set: usize, tag: u64) -> (usize, Option<u64>) {
-        debug_assert!(tag != INVALID_TAG, "INVALID_TAG is reserved");
         debug_assert!(self.probe(set, tag).is_none(), "tag {tag:#x} inserted twice in set {set}");
-        let base = self.base(set);
-        let way = self.victim(base);
-        let old = std::mem::replace(&mut self.data[base + way], tag);
-        let m = base + self.ways + way;
-        match self.policy {
-            Replacement::Lru => {
-                self.clock += 1;
-                self.data[m] = self.clock;
-            }
-            Replacement::Srrip => self.data[m] = RRPV_LONG,
-        }
-        (way, (old != INVALID_TAG).then_some(old))
+        let way = self.victim(set);
+        (way, self.insert_at(set, way, tag))
     }
 
     /// The way a fill of `set` would use, chosen (and SRRIP state aged) exactly as
     /// [`SetAssoc::insert`] does, without filling it: for owners that must move the victim out
     /// before the new tag goes in with [`SetAssoc::insert_at`] (Utopia's RestSeg sets).
     pub fn choose_way(&mut self, set: usize) -> usize {
-        let base = self.base(set);
-        self.victim(base)
+        self.victim(set)
     }
 
     /// Fills `tag` into (`set`, `way`) with a fill's replacement state (LRU most recent, SRRIP RRPV
     /// 2); returns the tag it replaced, if valid. The caller guarantees `tag` is not elsewhere in
     /// the set.
+    #[inline]
     pub fn insert_at(&mut self, set: usize, way: usize, tag: u64) -> Option<u64> {
         debug_assert!(tag != INVALID_TAG, "INVALID_TAG is reserved");
         debug_assert!(self.probe(set, tag).is_none_or(|w| w == way), "tag {tag:#x} inserted twice in set {set}");
-        let base = self.base(set);
-        let old = std::mem::replace(&mut self.data[base + way], tag);
-        let m = base + self.ways + way;
-        match self.policy {
-            Replacement::Lru => {
-                self.clock += 1;
-                self.data[m] = self.clock;
-            }
-            Replacement::Srrip => self.data[m] = RRPV_LONG,
+        let i = self.at(set, way);
+        let old = std::mem::replace(&mut self.data[i], tag);
+        let policy = self.policy;
+        let meta = self.set_meta(set);
+        match policy {
+            Replacement::Lru => Self::promote(meta, way),
+            Replacement::Srrip => meta[way] = RRPV_LONG,
         }
         (old != INVALID_TAG).then_some(old)
     }
 
-    /// Chooses the way to fill in the set starting at slot `base` (and ages SRRIP state if needed).
+    /// Chooses the way to fill in `set` (and ages SRRIP state if needed).
     #[inline]
-    fn victim(&mut self, base: usize) -> usize {
-        let ways = self.ways;
+    fn victim(&mut self, set: usize) -> usize {
         if self.policy == Replacement::Srrip {
-            if let Some(w) = self.tags(base).iter().position(|&t| t == INVALID_TAG) {
+            if let Some(w) = self.find(set, INVALID_TAG) {
                 return w;
             }
         }
-        let meta = &mut self.data[base + ways..base + 2 * ways];
-        match self.policy {
-            Replacement::Lru => {
-                // Invalid ways carry stamp 0 (`empty_meta`) and valid ones stamps >= 1, so this one
-                // pass also picks the lowest-index invalid way first.
-                // Stamps of valid ways are distinct (one clock tick per touch), so the minimum is unique.
-                // Folding the way index into the low bits makes this a branch-free min reduction: a
-                // compare-and-branch per way mispredicts on random stamps and dominated the profile.
-                let bits = usize::BITS - (ways - 1).leading_zeros();
-                meta.iter().enumerate().map(|(w, &m)| (m << bits) | w as u64).min().map_or(0, |k| (k & ((1 << bits) - 1)) as usize)
-            }
-            Replacement::Srrip => {
-                // "Increment all RRPVs and retry until some way reaches 3" ends after (3 - max) rounds with
-                // the first way holding the maximum as victim; do those rounds in one pass.
-                let max = meta.iter().copied().max().unwrap_or(RRPV_DISTANT);
-                let way = meta.iter().position(|&m| m == max).unwrap_or(0);
-                let age = RRPV_DISTANT - max;
-                if age > 0 {
-                    meta.iter_mut().for_each(|m| *m += age);
-                }
-                way
-            }
+        let policy = self.policy;
+        let meta = self.set_meta(set);
+        // LRU: the largest state is the lowest-index invalid way if any, else the least recently
+        // used (rank valid - 1); values are distinct. SRRIP: "increment all RRPVs and retry until
+        // some way reaches 3" ends after (3 - max) rounds with the first way holding the maximum
+        // as victim; do those rounds in one pass. Both are a max and a position, branch-free.
+        let max = meta.iter().copied().max().unwrap_or(0);
+        let way = meta.iter().position(|&m| m == max).unwrap_or(0);
+        if policy == Replacement::Srrip && max < RRPV_DISTANT {
+            let age = RRPV_DISTANT - max;
+            meta.iter_mut().for_each(|m| *m += age);
         }
+        way
     }
 
     /// Removes `tag` from `set` if present; returns whether it was.
@@ -258,24 +284,32 @@ impl SetAssoc {
     /// per slot (dirty bits, counters) read it before dropping the entry.
     #[inline]
     pub fn invalidate_way(&mut self, set: usize, way: usize) -> Option<u64> {
-        let base = self.base(set);
-        let old = std::mem::replace(&mut self.data[base + way], INVALID_TAG);
-        self.data[base + self.ways + way] = Self::empty_meta(self.policy);
-        (old != INVALID_TAG).then_some(old)
+        let i = self.at(set, way);
+        let old = std::mem::replace(&mut self.data[i], INVALID_TAG);
+        if old == INVALID_TAG {
+            return None;
+        }
+        let empty = self.empty_meta(way);
+        let policy = self.policy;
+        let meta = self.set_meta(set);
+        if policy == Replacement::Lru {
+            // The valid ways older than it move up one rank, keeping ranks 0..valid-1.
+            let r = meta[way];
+            meta.iter_mut().for_each(|m| *m -= u16::from(*m > r && *m < INVALID_RANK));
+        }
+        meta[way] = empty;
+        Some(old)
     }
 
     /// Removes every valid tag for which `pred` returns true, scanning the whole store (shootdowns,
     /// flushes by ASID or range). Returns how many were removed.
     pub fn invalidate_if(&mut self, mut pred: impl FnMut(u64) -> bool) -> usize {
-        let empty = Self::empty_meta(self.policy);
-        let ways = self.ways;
         let mut n = 0;
-        for set in self.data.chunks_exact_mut(2 * ways) {
-            let (tags, meta) = set.split_at_mut(ways);
-            for (t, m) in tags.iter_mut().zip(meta.iter_mut()) {
-                if *t != INVALID_TAG && pred(*t) {
-                    *t = INVALID_TAG;
-                    *m = empty;
+        for set in 0..self.sets {
+            for way in 0..self.ways {
+                let t = self.data[self.at(set, way)];
+                if t != INVALID_TAG && pred(t) {
+                    self.invalidate_way(set, way);
                     n += 1;
                 }
             }
@@ -285,18 +319,27 @@ impl SetAssoc {
 
     /// Empties every set.
     pub fn clear(&mut self) {
-        let (ways, empty) = (self.ways, Self::empty_meta(self.policy));
-        for set in self.data.chunks_exact_mut(2 * ways) {
-            set[..ways].fill(INVALID_TAG);
-            set[ways..].fill(empty);
+        let empty: Vec<u16> = (0..self.ways).map(|w| self.empty_meta(w)).collect();
+        for set in 0..self.sets {
+            let b = set * self.stride;
+            self.data[b..b + self.ways].fill(INVALID_TAG);
+            self.set_meta(set).copy_from_slice(&empty);
         }
-        self.clock = 0;
+    }
+
+    /// Host prefetch of `set`'s tags and replacement state (its first and last words); no
+    /// simulated effect.
+    #[inline(always)]
+    pub fn prefetch(&self, set: usize) {
+        let b = set * self.stride;
+        super::host_prefetch(&self.data[b]);
+        super::host_prefetch(&self.data[b + self.stride - 1]);
     }
 
     /// The tag held by (`set`, `way`), if valid.
     #[inline]
     pub fn tag_at(&self, set: usize, way: usize) -> Option<u64> {
-        let t = self.data[self.base(set) + way];
+        let t = self.data[self.at(set, way)];
         (t != INVALID_TAG).then_some(t)
     }
 }
@@ -318,9 +361,8 @@ mod tests {
 
     impl SetAssoc {
         /// Replacement state of `set`'s ways.
-        fn state(&self, set: usize) -> &[u64] {
-            let b = self.base(set) + self.ways;
-            &self.data[b..b + self.ways]
+        fn state(&mut self, set: usize) -> Vec<u16> {
+            self.set_meta(set).to_vec()
         }
     }
 
@@ -347,14 +389,14 @@ mod tests {
 
     #[test]
     fn lru_four_ways() {
-        // 1 set × 4 ways; stamps in brackets.
-        // fill A B C D -> ways 0..3              A[1] B[2] C[3] D[4]
-        // hit A                                  A[5]
-        // fill E evicts B (min stamp 2), way 1   E[6]
-        // hit C                                  C[7]
-        // fill F evicts D (4), way 3             F[8]
-        // fill G evicts A (5), way 0             G[9]
-        // fill H evicts E (6), way 1             H[10]
+        // 1 set × 4 ways; recency ranks of ways 0..3 (0 = most recent) after each step.
+        // fill A B C D -> ways 0..3              [3 2 1 0]
+        // hit A                                  [0 3 2 1]
+        // fill E evicts B (rank 3), way 1        [1 0 3 2]
+        // hit C                                  [2 1 0 3]
+        // fill F evicts D (rank 3), way 3        [3 2 1 0]
+        // fill G evicts A, way 0                 [0 3 2 1]
+        // fill H evicts E, way 1                 [1 0 3 2]
         let mut s = SetAssoc::new(1, 4, Replacement::Lru);
         for (w, t) in [A, B, C, D].into_iter().enumerate() {
             assert_eq!(s.insert(0, t), (w, None));
@@ -365,6 +407,80 @@ mod tests {
         assert_eq!(s.insert(0, F), (3, Some(D)));
         assert_eq!(s.insert(0, G), (0, Some(A)));
         assert_eq!(s.insert(0, H), (1, Some(E)));
+        assert_eq!(s.state(0), [1, 0, 3, 2]);
+    }
+
+    /// LRU as it was specified before ranks: a timestamp per way, bumped on every touch, invalid
+    /// ways stamped 0, the victim the smallest stamp (lowest index on ties).
+    struct StampLru {
+        ways: usize,
+        tags: Vec<u64>,
+        stamps: Vec<u64>,
+        clock: u64,
+    }
+
+    impl StampLru {
+        fn lookup(&mut self, set: usize, tag: u64) -> Option<usize> {
+            let w = (0..self.ways).find(|&w| self.tags[set * self.ways + w] == tag)?;
+            self.clock += 1;
+            self.stamps[set * self.ways + w] = self.clock;
+            Some(w)
+        }
+        fn insert(&mut self, set: usize, tag: u64) -> (usize, Option<u64>) {
+            let b = set * self.ways;
+            let w = (0..self.ways).min_by_key(|&w| (self.stamps[b + w], w)).unwrap();
+            let old = std::mem::replace(&mut self.tags[b + w], tag);
+            self.clock += 1;
+            self.stamps[b + w] = self.clock;
+            (w, (old != INVALID_TAG).then_some(old))
+        }
+        fn invalidate_way(&mut self, set: usize, w: usize) -> Option<u64> {
+            self.stamps[set * self.ways + w] = 0;
+            let old = std::mem::replace(&mut self.tags[set * self.ways + w], INVALID_TAG);
+            (old != INVALID_TAG).then_some(old)
+        }
+    }
+
+    /// Equivalence tester: the rank encoding makes exactly the choices of timestamps, way for way,
+    /// over random lookups, fills and invalidations (including of invalid ways and whole-store
+    /// predicates).
+    #[test]
+    fn lru_ranks_match_timestamps() {
+        for ways in [1, 2, 3, 4, 8, 12, 16, 48] {
+            let sets = 4;
+            let mut rng = crate::rng::Rng::new(ways as u64);
+            let mut fast = SetAssoc::new(sets, ways, Replacement::Lru);
+            let mut slow = StampLru { ways, tags: vec![INVALID_TAG; sets * ways], stamps: vec![0; sets * ways], clock: 0 };
+            for step in 0..20_000 {
+                let set = rng.below(sets as u64) as usize;
+                let tag = rng.below(3 * ways as u64);
+                match rng.below(10) {
+                    0 => {
+                        let w = rng.below(ways as u64) as usize;
+                        assert_eq!(fast.invalidate_way(set, w), slow.invalidate_way(set, w), "step {step}");
+                    }
+                    1 if step % 97 == 0 => {
+                        let m = rng.below(5) + 2;
+                        fast.invalidate_if(|t| t.is_multiple_of(m));
+                        for s in 0..sets {
+                            for w in 0..ways {
+                                let t = slow.tags[s * ways + w];
+                                if t != INVALID_TAG && t.is_multiple_of(m) {
+                                    slow.invalidate_way(s, w);
+                                }
+                            }
+                        }
+                    }
+                    _ => {
+                        let hit = fast.lookup(set, tag);
+                        assert_eq!(hit, slow.lookup(set, tag), "step {step}");
+                        if hit.is_none() {
+                            assert_eq!(fast.insert(set, tag), slow.insert(set, tag), "step {step}, {ways} ways");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! The line number (`paddr >> 6`) is stored whole as the tag. The set bits are redundant in the tag,
 //! but an evicted tag then *is* the line to write back, with no reconstruction.
 
-use super::assoc::{Replacement, SetAssoc};
+use super::assoc::{check_ways, Replacement, SetAssoc, INVALID_TAG};
 use crate::addr::LINE_BYTES;
 use crate::error::{Error, Result};
 
@@ -33,6 +33,7 @@ impl CacheConfig {
         if self.ways == 0 {
             return Err(Error::config(format!("{key}.ways"), "must be at least 1 (got 0)"));
         }
+        check_ways(&format!("{key}.ways"), u64::from(self.ways))?;
         let way_bytes = LINE_BYTES * u64::from(self.ways);
         if self.size == 0 || !self.size.is_multiple_of(way_bytes) {
             return Err(Error::config(
@@ -124,6 +125,13 @@ pub struct Cache {
     /// `DIRTY | TRANSLATION` per slot, parallel to the tag array.
     flags: Vec<u8>,
     set_mask: u64,
+    /// LRU caches only: the line last hit or filled and its slot ([`INVALID_TAG`] if none or
+    /// SRRIP). It is the most recent line of its set, so hitting it again changes no replacement
+    /// state and [`Cache::lookup`] counts it without searching (exact; a sequential workload
+    /// re-hits the same L1 line several times in a row).
+    mru: u64,
+    mru_slot: usize,
+    lru: bool,
     latency: u32,
     valid: u64,
     translation: u64,
@@ -144,6 +152,9 @@ impl Cache {
             tags: SetAssoc::new(sets, ways, cfg.policy),
             flags: vec![0; sets * ways],
             set_mask: sets as u64 - 1,
+            mru: INVALID_TAG,
+            mru_slot: 0,
+            lru: cfg.policy == Replacement::Lru,
             latency: cfg.latency,
             valid: 0,
             translation: 0,
@@ -188,17 +199,31 @@ impl Cache {
     pub fn lookup(&mut self, line: u64, translation: bool, write: bool) -> bool {
         let t = translation as usize;
         self.accesses[t] += 1;
+        if line == self.mru {
+            self.hits[t] += 1;
+            self.flags[self.mru_slot] |= if write { DIRTY } else { 0 };
+            return true;
+        }
         let set = self.set_of(line);
         match self.tags.lookup(set, line) {
             Some(way) => {
                 self.hits[t] += 1;
+                let slot = self.tags.slot(set, way);
+                self.note_mru(line, slot);
                 if write {
-                    let slot = self.tags.slot(set, way);
                     self.flags[slot] |= DIRTY;
                 }
                 true
             }
             None => false,
+        }
+    }
+
+    /// Records `line`, just made most recent in its set, for the re-hit shortcut (LRU only).
+    #[inline(always)]
+    fn note_mru(&mut self, line: u64, slot: usize) {
+        if self.lru {
+            (self.mru, self.mru_slot) = (line, slot);
         }
     }
 
@@ -209,6 +234,7 @@ impl Cache {
         let set = self.set_of(line);
         let (way, evicted) = self.tags.insert(set, line);
         let slot = self.tags.slot(set, way);
+        self.note_mru(line, slot);
         let mut writeback = None;
         match evicted {
             Some(old) => {
@@ -236,6 +262,7 @@ impl Cache {
         match self.tags.lookup(set, line) {
             Some(way) => {
                 let slot = self.tags.slot(set, way);
+                self.note_mru(line, slot);
                 self.flags[slot] |= DIRTY;
                 None
             }
@@ -246,6 +273,7 @@ impl Cache {
     /// Drops the flags and counts of a slot that is about to be invalidated.
     #[inline]
     fn forget_slot(&mut self, slot: usize) {
+        self.mru = INVALID_TAG;
         self.translation -= u64::from(self.flags[slot] & TRANSLATION != 0);
         self.valid -= 1;
         self.flags[slot] = 0;
@@ -290,6 +318,12 @@ impl Cache {
             }
         }
         removed
+    }
+
+    /// Host prefetch of `line`'s set ([`super::host_prefetch`]); no simulated effect.
+    #[inline(always)]
+    pub fn prefetch(&self, line: u64) {
+        self.tags.prefetch(self.set_of(line));
     }
 
     /// Whether `line` is present (no state change).
@@ -340,6 +374,23 @@ mod tests {
         let cfg = CacheConfig { size: 256, ways: 2, latency: 3, policy: Replacement::Lru };
         cfg.validate("t").unwrap();
         Cache::new(&cfg)
+    }
+
+    /// The re-hit shortcut answers only for the line that is really the most recent of its set:
+    /// a fill, a hit elsewhere in the set or an invalidation takes it away.
+    #[test]
+    fn rehit_shortcut_keeps_lru_order() {
+        let mut c = tiny();
+        c.access(0, false, false);
+        c.access(0, false, true); // shortcut hit: dirty
+        c.access(2, false, false); // same set: 2 is now the most recent
+        assert!(c.access(0, false, false).hit); // a real hit: promotes 0 again, 2 is LRU
+        assert_eq!(c.access(4, false, false).writeback, None, "2 (clean) is the victim, not dirty 0");
+        assert!(c.contains(0) && !c.contains(2));
+        c.invalidate(4);
+        assert!(!c.access(4, false, false).hit, "an invalidated line must not re-hit");
+        assert_eq!(c.stats().data_hits, 2);
+        assert_eq!(c.stats().data_accesses, 6);
     }
 
     #[test]

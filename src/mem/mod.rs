@@ -251,6 +251,17 @@ impl MemHierarchy {
         (latency, served)
     }
 
+    /// A host-side hint that `paddr` is about to be accessed by `core` from L1: brings the host
+    /// memory holding its set in each cache level towards the host's caches. Changes nothing
+    /// simulated (see [`host_prefetch`]).
+    #[inline]
+    pub fn prefetch(&self, core: usize, paddr: u64) {
+        let line = paddr >> LINE_SHIFT;
+        self.l1[core].prefetch(line);
+        self.l2[core].prefetch(line);
+        self.llc[self.llc_slice(line)].prefetch(line);
+    }
+
     /// An L1 victim written into the core's L2 (and onwards if that evicts a dirty line).
     #[inline]
     fn write_l2(&mut self, core: usize, wb: Writeback) {
@@ -345,6 +356,24 @@ impl MemHierarchy {
         self.samples = 0;
         self.flushed_lines = 0;
     }
+}
+
+/// Asks the host CPU to start loading the cache line holding `r` (a hint: no simulated state
+/// changes and no result depends on it). The simulator's hot data structures — page-table nodes
+/// and the tag arrays of simulated caches — are far larger than the host's caches, and a random
+/// workload misses in them on almost every access; fetching the next access's lines while the
+/// current one is simulated hides part of that latency (docs/performance.md). A no-op off x86-64.
+#[inline(always)]
+pub fn host_prefetch<T>(r: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and reads nothing architecturally; the pointer comes from a
+    // live reference anyway. SSE (the instruction's feature) is part of the x86-64 baseline.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>((r as *const T).cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = r;
 }
 
 #[cfg(test)]

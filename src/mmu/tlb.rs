@@ -6,7 +6,7 @@
 
 use crate::addr::PageSize;
 use crate::error::{Error, Result};
-use crate::mem::assoc::{Replacement, SetAssoc};
+use crate::mem::assoc::{check_ways, Replacement, SetAssoc, INVALID_TAG};
 use crate::tapi::Translation;
 
 /// Geometry and timing of one TLB.
@@ -34,6 +34,7 @@ impl TlbConfig {
         if self.ways == 0 {
             return Err(Error::config(format!("{key}.ways"), "must be at least 1"));
         }
+        check_ways(&format!("{key}.ways"), u64::from(self.ways))?;
         if self.entries == 0 || !self.entries.is_multiple_of(self.ways) {
             return Err(Error::config(format!("{key}.entries"), format!("must be a positive multiple of ways ({})", self.ways)));
         }
@@ -55,6 +56,12 @@ pub struct Tlb {
     sizes: [PageSize; PageSize::COUNT],
     nsizes: usize,
     set_mask: u64,
+    /// Tag and slot of the entry last hit or filled, if it is of the first size probed (else
+    /// [`INVALID_TAG`]). It is the most recent entry of its set, so a lookup that finds it again
+    /// would change no LRU state: [`Tlb::lookup`] answers it without searching (exact, and most
+    /// accesses of a sequential workload are such re-hits).
+    mru: u64,
+    mru_slot: usize,
     /// Lookup latency in cycles.
     pub latency: u32,
 }
@@ -83,6 +90,8 @@ impl Tlb {
             sizes,
             nsizes,
             set_mask: sets as u64 - 1,
+            mru: INVALID_TAG,
+            mru_slot: 0,
             latency: cfg.latency,
         }
     }
@@ -103,15 +112,29 @@ impl Tlb {
     /// Looks `va` up in every size it holds.
     #[inline]
     pub fn lookup(&mut self, asid: u16, va: u64) -> Option<Translation> {
+        let first = self.sizes[0];
+        if tag(va >> first.shift(), asid, first) == self.mru {
+            return Some(Translation { pbase: self.pbase[self.mru_slot], size: first });
+        }
         for i in 0..self.nsizes {
             let size = self.sizes[i];
             let vpn = va >> size.shift();
             let set = (vpn & self.set_mask) as usize;
-            if let Some(way) = self.arr.lookup(set, tag(vpn, asid, size)) {
-                return Some(Translation { pbase: self.pbase[self.arr.slot(set, way)], size });
+            let tg = tag(vpn, asid, size);
+            if let Some(way) = self.arr.lookup(set, tg) {
+                let slot = self.arr.slot(set, way);
+                self.note_mru(i, tg, slot);
+                return Some(Translation { pbase: self.pbase[slot], size });
             }
         }
         None
+    }
+
+    /// Records the entry just made most recent in its set (a hit or a fill) as the shortcut's,
+    /// if it is of the first size; otherwise forgets the shortcut, whose entry may share the set.
+    #[inline(always)]
+    fn note_mru(&mut self, size_index: usize, tg: u64, slot: usize) {
+        (self.mru, self.mru_slot) = if size_index == 0 { (tg, slot) } else { (INVALID_TAG, 0) };
     }
 
     /// Calls `f` with the tag of every valid entry (ASID, page number and size packed): the
@@ -148,10 +171,12 @@ impl Tlb {
         let (way, _) = self.arr.insert(set, tg);
         let slot = self.arr.slot(set, way);
         self.pbase[slot] = t.pbase;
+        self.note_mru(if t.size == self.sizes[0] { 0 } else { 1 }, tg, slot);
     }
 
     /// Drops every entry of `asid` overlapping `[start, end)`; returns how many.
     pub fn invalidate(&mut self, asid: u16, start: u64, end: u64) -> usize {
+        self.mru = INVALID_TAG;
         self.arr.invalidate_if(|t| {
             let a = ((t >> 3) & 0xffff) as u16;
             let size = PageSize::ALL[(t & 7) as usize];
@@ -162,6 +187,7 @@ impl Tlb {
 
     /// Drops everything (a non-PCID context switch).
     pub fn flush(&mut self) {
+        self.mru = INVALID_TAG;
         self.arr.clear();
     }
 }
@@ -198,6 +224,23 @@ mod tests {
         assert!(tlb.lookup(2, 0).is_none(), "another ASID must miss");
         tlb.insert(1, 1 << 12, t(1 << 20, PageSize::K4));
         assert!(tlb.lookup(1, 1 << 12).is_some());
+    }
+
+    /// The re-hit shortcut is exact: it answers only for the most recent entry of the first size,
+    /// and a fill in its set, a larger-size hit or an invalidation takes it away.
+    #[test]
+    fn rehit_shortcut_keeps_lru_order() {
+        let mut tlb = Tlb::new(&TlbConfig::new(4, 2, 1, &[PageSize::K4, PageSize::M2]));
+        tlb.insert(1, 0, t(0x10_0000, PageSize::K4));
+        assert_eq!(tlb.lookup(1, 0x10).unwrap().pbase, 0x10_0000); // shortcut
+        tlb.insert(1, 2 << 12, t(0x20_0000, PageSize::K4)); // same set; 0 becomes LRU
+        assert!(tlb.lookup(1, 0).is_some()); // real hit: 2 becomes LRU
+        tlb.insert(1, 4 << 12, t(0x30_0000, PageSize::K4)); // evicts 2, not 0
+        assert!(tlb.lookup(1, 0).is_some() && tlb.lookup(1, 2 << 12).is_none());
+        tlb.insert(1, 0x40_0000, t(0x80_0000, PageSize::M2));
+        assert_eq!(tlb.lookup(1, 0x40_1000).unwrap().size, PageSize::M2);
+        assert_eq!(tlb.invalidate(1, 0, 0x1000), 1);
+        assert!(tlb.lookup(1, 0).is_none(), "an invalidated entry must not re-hit");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! driver decides what the key (a VA prefix) and the payload (a table pointer, a header) mean.
 
 use crate::error::{Error, Result};
-use crate::mem::assoc::{Replacement, SetAssoc};
+use crate::mem::assoc::{check_ways, Replacement, SetAssoc};
 
 /// Geometry and latency of one walk cache.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -28,6 +28,7 @@ impl WalkCacheConfig {
         if self.ways == 0 {
             return Err(Error::config(format!("{key}.ways"), "must be at least 1"));
         }
+        check_ways(&format!("{key}.ways"), u64::from(self.ways))?;
         if self.entries == 0 || !self.entries.is_multiple_of(self.ways) || !(self.entries / self.ways).is_power_of_two() {
             return Err(Error::config(
                 format!("{key}.entries"),

@@ -225,7 +225,9 @@ pub(super) fn run<D: Driver>(
         },
     };
     let setup_s = started.elapsed().as_secs_f64();
+    let loop_cpu = super::thread_cpu_seconds();
     let interrupted = access_loop(&mut m, &mut agents, &mut streams, &mut sources, cfg, design.name, show_progress)?;
+    let loop_cpu_s = super::thread_cpu_seconds() - loop_cpu;
     m.os.finish()?;
     let (valid, distinct) = replication(&agents);
     let mut s = m.stats.clone();
@@ -235,7 +237,7 @@ pub(super) fn run<D: Driver>(
     s.ideal_cycles = agents.iter().map(|a| a.cycles - a.translation).fold(0.0, f64::max);
     let busy: Vec<&Agent> = agents.iter().filter(|a| a.cycles > 0.0).collect();
     s.mean_cycles = busy.iter().map(|a| a.cycles).sum::<f64>() / busy.len().max(1) as f64;
-    Ok(output(design, cfg, workload_name, interrupted, &m, s, started, setup_s))
+    Ok(output(design, cfg, workload_name, interrupted, &m, s, started, (setup_s, loop_cpu_s)))
 }
 
 /// Valid accelerator-side TLB entries and the distinct translations among them.
@@ -261,7 +263,7 @@ fn output<D: Driver>(
     m: &Machine<D>,
     s: AccelStats,
     started: Instant,
-    setup_s: f64,
+    (setup_s, loop_cpu_s): (f64, f64),
 ) -> RunOutput {
     // The generic counters, so every CPU metric that has a meaning here has its value: the
     // accelerator-side TLB as the L1 TLB, the memory-side TLBs as the L2.
@@ -298,6 +300,7 @@ fn output<D: Driver>(
         accel: Some(s),
         wall_s: started.elapsed().as_secs_f64(),
         setup_s,
+        loop_cpu_s,
     }
 }
 

@@ -176,6 +176,21 @@ pub struct RunOutput {
     pub wall_s: f64,
     /// Host seconds spent before the access loop (boot, workload setup, populate).
     pub setup_s: f64,
+    /// Host CPU seconds of the simulating thread in the access loop: unlike wall time, it does not
+    /// grow when other jobs share the cores (`xlate bench`). Not serialized.
+    #[serde(skip)]
+    pub loop_cpu_s: f64,
+}
+
+/// CPU seconds the calling thread has used so far (`CLOCK_THREAD_CPUTIME_ID`); 0 if the clock
+/// is unavailable.
+pub fn thread_cpu_seconds() -> f64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime only writes the one timespec behind the valid, exclusive pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } != 0 {
+        return 0.0;
+    }
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
 /// Runs `design` on the configured workload, or on `traces` (one process each) if given.
@@ -370,11 +385,13 @@ fn run_with<D: Driver>(
         sampler: sampling.map(|period| Sampler { period, rng: crate::rng::Rng::new(cfg.seed ^ 0x5be) }),
     };
     let setup_s = started.elapsed().as_secs_f64();
+    let loop_cpu = thread_cpu_seconds();
     let interrupted = match (cfg.mmu.perfect_tlb, cfg.sim.checked) {
         (true, _) => access_loop::<D, Perfect>(&mut eng, &mut cores, &mut streams, &mut sources, cfg, design.name, show_progress)?,
         (false, true) => access_loop::<D, Checked>(&mut eng, &mut cores, &mut streams, &mut sources, cfg, design.name, show_progress)?,
         (false, false) => access_loop::<D, Fast>(&mut eng, &mut cores, &mut streams, &mut sources, cfg, design.name, show_progress)?,
     };
+    let loop_cpu_s = thread_cpu_seconds() - loop_cpu;
     eng.os.finish()?;
     let mut sum = CoreStats::default();
     for c in &cores {
@@ -397,6 +414,7 @@ fn run_with<D: Driver>(
         accel: None,
         wall_s: started.elapsed().as_secs_f64(),
         setup_s,
+        loop_cpu_s,
     })
 }
 
@@ -492,6 +510,11 @@ fn access_loop<D: Driver, M: Mode>(
             }
             let a = st.buf[st.pos];
             st.pos += 1;
+            // Two accesses ahead, where the page changes, start the host loads its walk will make
+            // (a hint: no simulated effect; docs/performance.md, "Host prefetch").
+            if st.pos + 1 < st.len && (st.buf[st.pos].vaddr ^ st.buf[st.pos + 1].vaddr) >> 12 != 0 {
+                prefetch_walk(eng, c, &st.buf[st.pos + 1]);
+            }
             step::<D, Additive, M>(eng, core, c, &a)?;
             if !eng.os.pending.is_empty() {
                 apply_shootdowns(&mut eng.os, cores, &mut eng.mem);
@@ -657,6 +680,16 @@ fn beyond_user_space(src: &Source, thread: usize, index: u64, vaddr: u64, limit:
             thread,
             1u64 << 56
         ),
+    }
+}
+
+/// Host prefetch for access `a` of core `c`: the driver's walk entry and the caches' sets for it.
+#[inline(always)]
+fn prefetch_walk<D: Driver, T: TimingModel>(eng: &Engine<D, T>, c: usize, a: &Access) {
+    if let Some(p) = eng.os.procs.get(a.asid as usize) {
+        if let Some(entry) = eng.os.driver.prefetch(&p.space, a.vaddr) {
+            eng.mem.prefetch(c, entry);
+        }
     }
 }
 

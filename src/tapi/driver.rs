@@ -61,6 +61,16 @@ pub trait Driver: Tdb + Sized + 'static {
         }
     }
 
+    /// A host-side hint that `va` of `space` may be walked soon: the driver may prefetch the host
+    /// memory its walk would read ([`crate::mem::host_prefetch`]) and returns the simulated
+    /// physical address of the last entry that walk reads, if it knows it without side effects, so
+    /// the caller can prefetch the simulated caches' sets too. Must change no simulated state and
+    /// no counter. Default: nothing.
+    #[inline(always)]
+    fn prefetch(&self, _space: &Self::Space, _va: u64) -> Option<u64> {
+        None
+    }
+
     /// The machine-physical translation behind translation `t` of `va` that the OS installed:
     /// `t` itself natively; a nested driver composes it with the host's mapping of the
     /// guest-physical page. Checked mode compares every walk and TLB hit with this. Default: `t`.
