@@ -304,21 +304,10 @@ fn run_designs(names: &[String], opts: &RunOpts) -> Result<()> {
     if let Some(e) = failure {
         return Err(e);
     }
-    // A run that simulated nothing is an input problem (an empty or foreign file, a program that
-    // never ran), not a result: its all-zero table above must not pass for one.
-    if let Some(r) = runs.iter().find(|r| r.core.accesses == 0 && !r.interrupted) {
-        if r.config.sim.warmup_accesses > 0 {
-            return Err(Error::config(
-                "sim.warmup_accesses",
-                format!("the warm-up of {} accesses took the whole run: nothing was measured", r.config.sim.warmup_accesses),
-            ));
-        }
-        return Err(Error::Workload {
-            name: r.workload.clone(),
-            msg: "nothing was simulated: the input produced no memory accesses (an empty trace, a file of another \
-                  format, or a program that did not run under the tracer)"
-                .into(),
-        });
+    // A run that simulated nothing is an input problem, not a result: its table above must not
+    // pass for one.
+    for r in &runs {
+        r.check_simulated()?;
     }
     Ok(())
 }

@@ -138,18 +138,7 @@ fn run_one(design: &str, workload: Option<&str>, sets: Vec<String>, preset: Opti
     let cfg = layers(workload, preset, sets)?.resolve(Some(d))?;
     let inputs: Vec<trace::TraceInput> = traces.into_iter().map(|t| trace::TraceInput::Path(t.into())).collect();
     let r = sim::run_inputs(d, &cfg, &inputs, false)?;
-    if r.core.accesses == 0 && !r.interrupted {
-        if r.config.sim.warmup_accesses > 0 {
-            return Err(Error::config(
-                "sim.warmup_accesses",
-                format!("the warm-up of {} accesses took the whole run: nothing was measured", r.config.sim.warmup_accesses),
-            ));
-        }
-        return Err(Error::Workload {
-            name: r.workload.clone(),
-            msg: "nothing was simulated: the input produced no memory accesses (an empty trace or a file of another format)".into(),
-        });
-    }
+    r.check_simulated()?;
     Ok(serde_json::to_string(&report::json(&r)).expect("json"))
 }
 

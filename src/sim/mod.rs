@@ -182,6 +182,29 @@ pub struct RunOutput {
     pub loop_cpu_s: f64,
 }
 
+impl RunOutput {
+    /// A run that simulated nothing is an input problem (an empty or foreign file, a program that
+    /// never ran, a warm-up as long as the run), not a result: an all-zero table must not pass for
+    /// one. `Ok` for a run that measured something or was interrupted.
+    pub fn check_simulated(&self) -> Result<()> {
+        if self.core.accesses > 0 || self.interrupted {
+            return Ok(());
+        }
+        if self.config.sim.warmup_accesses > 0 {
+            return Err(Error::config(
+                "sim.warmup_accesses",
+                format!("the warm-up of {} accesses took the whole run: nothing was measured", self.config.sim.warmup_accesses),
+            ));
+        }
+        Err(Error::Workload {
+            name: self.workload.clone(),
+            msg: "nothing was simulated: the input produced no memory accesses (an empty trace, a file of another \
+                  format, or a program that did not run under the tracer)"
+                .into(),
+        })
+    }
+}
+
 /// CPU seconds the calling thread has used so far (`CLOCK_THREAD_CPUTIME_ID`); 0 if the clock
 /// is unavailable.
 pub fn thread_cpu_seconds() -> f64 {
