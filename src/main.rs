@@ -55,6 +55,9 @@ struct RunOpts {
     /// Write the results as CSV to this file.
     #[arg(long)]
     csv: Option<PathBuf>,
+    /// Write an HTML report (plots with their tables; self-contained) to this file.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
     /// Print the resolved configuration (TOML) and exit.
     #[arg(long)]
     print_config: bool,
@@ -126,6 +129,18 @@ enum Cmd {
     /// Run a grid of points in parallel, recording each as it finishes; rerunning resumes
     /// (docs/sweeps.md). Exit status 0: every point done; 1: some failed; 130: interrupted.
     Sweep(SweepArgs),
+    /// Write an HTML report of a sweep or `reproduce --out` directory: plots with their tables,
+    /// one self-contained file (docs/sweeps.md, "Report").
+    Report {
+        /// The directory (`xlate sweep --out DIR`, `xlate reproduce --out DIR`).
+        dir: PathBuf,
+        /// The HTML file to write (default: DIR/report.html).
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+        /// The design speedups are relative to (default: the first design of the sweep).
+        #[arg(long)]
+        baseline: Option<String>,
+    },
     /// Summarize a trace file.
     TraceInfo {
         /// The trace.
@@ -249,6 +264,10 @@ fn write_outputs(runs: &[sim::RunOutput], opts: &RunOpts) -> Result<()> {
     }
     if let Some(p) = &opts.csv {
         xlate::fsutil::write_atomic(p, report::csv(runs, opts.preset.as_deref()).as_bytes())?;
+    }
+    if let Some(p) = &opts.report {
+        let d = report::html::Dataset::of_runs(runs, opts.preset.as_deref());
+        xlate::fsutil::write_atomic(p, report::html::render(&d).as_bytes())?;
     }
     Ok(())
 }
@@ -554,10 +573,6 @@ fn real_main() -> Result<()> {
             }
             let dir = out;
             let out = xlate::reproduce::run_in(xlate::reproduce::lookup(&study)?, &sets, !quiet, dir.as_deref(), force)?;
-            if let Some(d) = &dir {
-                let text = serde_json::to_string_pretty(&out.json).expect("json") + "\n";
-                xlate::fsutil::write_atomic(&d.join("study.json"), text.as_bytes())?;
-            }
             // Files first, as for `run` (see `run_designs`).
             let written = match json {
                 Some(p) => xlate::fsutil::write_atomic(&p, (serde_json::to_string_pretty(&out.json).expect("json") + "\n").as_bytes()),
@@ -567,6 +582,11 @@ fn real_main() -> Result<()> {
             written
         }
         Cmd::Sweep(a) => sweep_cmd(a),
+        Cmd::Report { dir, out, baseline } => {
+            let (out, d) = xlate::sweep::export::write_report(&dir, out.as_deref(), baseline.as_deref())?;
+            println!("{}: {} runs, {} failed, {} pending", out.display(), d.runs.len(), d.failed.len(), d.pending);
+            Ok(())
+        }
         Cmd::Trace { out, fetches, max_accesses, quiet, program } => trace_program(out, fetches, max_accesses, program, quiet),
         Cmd::TraceInfo { file, limit } => {
             let mut src = trace::open(&file)?;

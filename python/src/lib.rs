@@ -238,6 +238,16 @@ fn sweep_local(
     .to_string())
 }
 
+/// `xlate report DIR`: writes the HTML report of sweep directory `dir` to `out` (default
+/// `DIR/report.html`) and returns its path.
+#[pyfunction]
+#[pyo3(name = "report", signature = (dir, out=None, baseline=None))]
+fn report_html(py: Python<'_>, dir: &str, out: Option<&str>, baseline: Option<&str>) -> PyResult<String> {
+    let (path, _) =
+        py.allow_threads(|| xlate::sweep::export::write_report(Path::new(dir), out.map(Path::new), baseline)).map_err(|e| to_py(py, e))?;
+    Ok(path.display().to_string())
+}
+
 /// Prepares `out` for the grid (manifest and grid.toml, as `xlate sweep` does) and returns the
 /// manifest entries of the points to run, by the local runner's resume rule ([`runner::plan`]),
 /// as a JSON list: those without a record or with an unreadable one (reported on stderr, as
@@ -336,6 +346,7 @@ fn _xlate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sweep_local, m)?)?;
     m.add_function(wrap_pyfunction!(sweep_prepare, m)?)?;
     m.add_function(wrap_pyfunction!(run_point, m)?)?;
+    m.add_function(wrap_pyfunction!(report_html, m)?)?;
     m.add_class::<RecordWriter>()?;
     Ok(())
 }

@@ -241,6 +241,22 @@ def test_local_sweep_resume_reruns_only_the_missing_point(local_sweep):
             assert p.stat().st_mtime_ns == before[k][0], f"{k} was rerun"
 
 
+def test_report_of_a_sweep(local_sweep, tmp_path):
+    _, out, _ = local_sweep
+    page = xlate.report(out, tmp_path / "r.html")
+    assert page == tmp_path / "r.html"
+    html = page.read_text()
+    assert html.startswith("<!DOCTYPE html>") and "Speedup over radix4" in html and "<script" not in html
+    assert html.count("<figure") == html.count("<svg") > 3
+    assert "Failed points" in html
+    assert xlate.report(out, baseline="ecpt") == out / "report.html"
+    assert "Speedup over ecpt" in (out / "report.html").read_text()
+    with pytest.raises(xlate.UnknownNameError, match="nosuch"):
+        xlate.report(out, tmp_path / "x.html", baseline="nosuch")
+    with pytest.raises(xlate.XlateError, match="no-such-dir"):
+        xlate.report(tmp_path / "no-such-dir")
+
+
 def test_grid_as_dict_and_bad_grid_key(tmp_path):
     grid = {
         "designs": ["radix4"],

@@ -51,6 +51,7 @@ __all__ = [
     "load",
     "grid_toml",
     "sweep",
+    "report",
     "XlateError",
     "ConfigError",
     "UnknownNameError",
@@ -478,6 +479,29 @@ def sweep(
     if not isinstance(table, list):
         table.attrs["summary"] = summary
     return table
+
+
+def report(
+    dir: Union[str, os.PathLike], out: Optional[Union[str, os.PathLike]] = None, baseline: Optional[str] = None
+) -> Path:
+    """Writes the HTML report of a sweep (or ``xlate reproduce --out``) directory, as
+    ``xlate report DIR`` does: one self-contained page of SVG plots with their tables
+    (docs/sweeps.md, "Report").
+
+    Args:
+        dir: the sweep directory.
+        out: the HTML file (default ``dir/report.html``).
+        baseline: the design speedups are relative to (default: the sweep's first design).
+
+    Returns:
+        The path of the page written.
+
+    Raises:
+        UnknownNameError: ``baseline`` is not a design of the directory's finished points.
+        XlateError: ``dir`` is not a sweep directory, or ``out`` cannot be written.
+    """
+    path = _xlate.report(os.fspath(dir), None if out is None else os.fspath(out), baseline)
+    return Path(path)
 
 
 def _ray_point(point_json: str) -> str:

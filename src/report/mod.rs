@@ -1,6 +1,9 @@
 //! Results: the metrics of `reference/metrics.md` computed from a run's counters, printed as a
 //! table with units, and written as JSON (schema in docs/results-schema.md) and CSV.
 
+pub mod html;
+pub mod svg;
+
 use crate::addr::PageSize;
 use crate::sim::RunOutput;
 use crate::tapi::{Func, Path};

@@ -203,7 +203,13 @@ pub fn run_in(study: &Study, extra: &[String], progress: bool, out: Option<&Path
     let done = study_runs(study, extra, progress, out, force)?;
     let (table, items) = findings_table(study, &(study.findings)(), &done);
     let runs_json: Vec<serde_json::Value> = done.values().map(report::json).collect();
-    Ok(StudyOutput { table, json: json!({"study": study.name, "findings": items, "runs": runs_json}) })
+    let json = json!({"study": study.name, "findings": items, "runs": runs_json});
+    // The findings beside the records, for `xlate report DIR`.
+    if let Some(d) = out {
+        let text = serde_json::to_string_pretty(&json).expect("json") + "\n";
+        crate::fsutil::write_atomic(&d.join("study.json"), text.as_bytes())?;
+    }
+    Ok(StudyOutput { table, json })
 }
 
 /// The findings as a table (ours and the paper's value in the same unit, and whether they
@@ -226,8 +232,10 @@ fn findings_table(study: &Study, findings: &[Finding], done: &BTreeMap<String, R
             "paper": f.paper,
             "paper_value": f.paper_value,
             "unit": f.kind.unit(),
+            "baseline": f.kind.baseline(),
             "within_25pct": v.within_25pct,
             "same_direction": v.same_direction,
+            "verdict": v.text(),
         }));
     }
     let widths: Vec<usize> = (0..4).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();

@@ -187,6 +187,76 @@ pub fn csv(root: &Path) -> Result<String> {
     Ok(out)
 }
 
+/// `study.json` of a `reproduce --out` directory: the findings the report plots.
+#[derive(Deserialize)]
+struct StudyFile {
+    study: String,
+    #[serde(default)]
+    findings: Vec<crate::report::html::Finding>,
+}
+
+/// Sweep directory `root` as the data of an HTML report (`xlate report`): its finished points
+/// in grid order, its failed ones with their errors, and, for a `reproduce --out` directory,
+/// the study's findings (from `study.json`, written when the study finishes).
+pub fn dataset(root: &Path) -> Result<crate::report::html::Dataset> {
+    use crate::report::html::{Dataset, Run};
+    let (_, m, points) = scan(root)?;
+    let mut d = Dataset { title: format!("xlate report: {}", m.source), source: m.source.clone(), ..Dataset::default() };
+    for (p, s, h) in points {
+        match s {
+            PointState::Done => {
+                let r = h.and_then(|h| h.result).unwrap_or(ResultHead { metrics: Map::new(), units: Map::new() });
+                let mut swept: Vec<(String, Json)> =
+                    m.swept_keys.iter().filter_map(|k| p.swept.get(k).map(|v| (k.clone(), v.clone()))).collect();
+                swept.extend(p.swept.iter().filter(|(k, _)| !m.swept_keys.contains(k)).map(|(k, v)| (k.clone(), v.clone())));
+                d.runs.push(Run {
+                    label: p.label.clone(),
+                    design: p.design.clone(),
+                    workload: p.workload.clone(),
+                    preset: p.preset.clone(),
+                    swept,
+                    metrics: r.metrics.iter().filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect(),
+                    units: r.units.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect(),
+                });
+            }
+            PointState::Failed(e) => d.failed.push((p.describe(&m.swept_keys), e)),
+            PointState::Pending | PointState::Unreadable(_) => d.pending += 1,
+        }
+    }
+    let study = root.join("study.json");
+    if study.exists() {
+        let text = std::fs::read_to_string(&study).map_err(|e| crate::error::Error::io(study.display().to_string(), e))?;
+        let f: StudyFile = serde_json::from_str(&text).map_err(|e| {
+            crate::error::Error::io(
+                study.display().to_string(),
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("not a study's findings (line {}, column {}): {e}", e.line(), e.column()),
+                ),
+            )
+        })?;
+        d.title = format!("xlate reproduce {}", f.study);
+        d.findings = f.findings;
+    }
+    Ok(d)
+}
+
+/// `xlate report DIR [-o OUT] [--baseline DESIGN]`: writes the HTML report of sweep directory
+/// `root` to `out` (default `DIR/report.html`) and returns where, with the data it shows. A
+/// baseline must be one of the finished points' designs.
+pub fn write_report(root: &Path, out: Option<&Path>, baseline: Option<&str>) -> Result<(std::path::PathBuf, crate::report::html::Dataset)> {
+    let mut d = dataset(root)?;
+    if let Some(b) = baseline {
+        if !d.runs.iter().any(|r| r.design == b) {
+            return Err(crate::error::Error::Unknown { what: "baseline design", name: b.to_string(), known: d.designs() });
+        }
+        d.baseline = Some(b.to_string());
+    }
+    let out = out.map(Path::to_path_buf).unwrap_or_else(|| root.join("report.html"));
+    crate::fsutil::write_atomic(&out, crate::report::html::render(&d).as_bytes())?;
+    Ok((out, d))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
