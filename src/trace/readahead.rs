@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 
 /// Accesses per batch: large enough that the channel costs nothing per access, small enough
 /// that the batches in flight stay in the host's caches.
-pub const BATCH: usize = 2048;
+pub const BATCH: usize = 8192;
 /// Batches in circulation: how far the reader thread may run ahead of the consumer.
 pub const BUFFERS: usize = 4;
 
