@@ -101,7 +101,7 @@ pub struct Reader {
     what: &'static str,
     /// How much of the file has been read (a reader of a file, not of any `BufRead`).
     count: Option<stream::ReadCount>,
-    input: Box<dyn BufRead>,
+    input: Box<dyn BufRead + Send>,
     with_fetches: bool,
     /// Whole records read but not yet expanded, `buf[pos..end]`.
     buf: Box<[u8]>,
@@ -119,6 +119,8 @@ pub struct Reader {
     staged: [Access; 7],
     staged_pos: usize,
     staged_len: usize,
+    /// An error met after expanding some accesses, returned by the next `fill`.
+    failed: Option<Error>,
 }
 
 impl Reader {
@@ -136,7 +138,7 @@ impl Reader {
     /// 64-byte line differs from the previous record's (a stand-in for the front end fetching a
     /// new line: a straight run through one line is one fetch, and every taken branch to
     /// another line is a new one).
-    pub fn new(input: Box<dyn BufRead>, path: &str, with_fetches: bool) -> Reader {
+    pub fn new(input: Box<dyn BufRead + Send>, path: &str, with_fetches: bool) -> Reader {
         Reader {
             path: path.to_string(),
             what: Compression::None.describe(),
@@ -153,6 +155,7 @@ impl Reader {
             staged: [Access::default(); 7],
             staged_pos: 0,
             staged_len: 0,
+            failed: None,
         }
     }
 
@@ -225,18 +228,30 @@ impl AccessSource for Reader {
     }
 
     fn fill(&mut self, out: &mut [Access]) -> Result<usize> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
         let mut n = 0;
+        let res = self.fill_some(out, &mut n);
+        super::deliver(n, res, &mut self.failed)
+    }
+}
+
+impl Reader {
+    /// Expands records into `out[*n..]`, advancing `*n` past every access written, also when it
+    /// fails.
+    fn fill_some(&mut self, out: &mut [Access], n: &mut usize) -> Result<()> {
         loop {
-            let take = (self.staged_len - self.staged_pos).min(out.len() - n);
-            out[n..n + take].copy_from_slice(&self.staged[self.staged_pos..self.staged_pos + take]);
+            let take = (self.staged_len - self.staged_pos).min(out.len() - *n);
+            out[*n..*n + take].copy_from_slice(&self.staged[self.staged_pos..self.staged_pos + take]);
             self.staged_pos += take;
-            n += take;
-            if n == out.len() {
-                return Ok(n);
+            *n += take;
+            if *n == out.len() {
+                return Ok(());
             }
             if self.end - self.pos < RECORD_BYTES {
                 if self.eof {
-                    return Ok(n);
+                    return Ok(());
                 }
                 self.refill()?;
                 continue;

@@ -19,7 +19,7 @@
 
 use super::stream::{self, read_error, trace_err, Compression};
 use super::{Access, AccessKind, AccessSource};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::io::{self, BufRead};
 use std::path::Path;
 
@@ -112,7 +112,7 @@ pub struct Reader {
     what: &'static str,
     /// How much of the file has been read (a reader of a file, not of any `BufRead`).
     count: Option<stream::ReadCount>,
-    input: Box<dyn BufRead>,
+    input: Box<dyn BufRead + Send>,
     with_fetches: bool,
     line: Vec<u8>,
     /// Stream offset of the next unread byte.
@@ -123,6 +123,8 @@ pub struct Reader {
     ip: u64,
     /// The store half of an `M` line that did not fit in the caller's buffer.
     staged: Option<Access>,
+    /// An error met after parsing some accesses, returned by the next `fill`.
+    failed: Option<Error>,
 }
 
 impl Reader {
@@ -137,7 +139,7 @@ impl Reader {
 
     /// Reads lackey text from `input`; `path` names it in errors. With `with_fetches`, every `I`
     /// line also yields a fetch of its address and length.
-    pub fn new(input: Box<dyn BufRead>, path: &str, with_fetches: bool) -> Reader {
+    pub fn new(input: Box<dyn BufRead + Send>, path: &str, with_fetches: bool) -> Reader {
         Reader {
             path: path.to_string(),
             what: Compression::None.describe(),
@@ -149,6 +151,7 @@ impl Reader {
             pending: 0,
             ip: 0,
             staged: None,
+            failed: None,
         }
     }
 
@@ -198,8 +201,22 @@ impl AccessSource for Reader {
     }
 
     fn fill(&mut self, out: &mut [Access]) -> Result<usize> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
         let mut n = 0;
+        let res = self.fill_some(out, &mut n);
+        super::deliver(n, res, &mut self.failed)
+    }
+}
+
+impl Reader {
+    /// Parses lines into `out[*done_n..]`, advancing `*done_n` past every access written, also
+    /// when it fails.
+    fn fill_some(&mut self, out: &mut [Access], done_n: &mut usize) -> Result<()> {
+        let mut n = *done_n;
         while n < out.len() {
+            *done_n = n;
             if let Some(a) = self.staged.take() {
                 out[n] = a;
                 n += 1;
@@ -234,7 +251,8 @@ impl AccessSource for Reader {
                 }
             }
         }
-        Ok(n)
+        *done_n = n;
+        Ok(())
     }
 }
 

@@ -7,6 +7,7 @@ pub mod champsim;
 pub mod lackey;
 pub mod native;
 pub mod qemu;
+pub mod readahead;
 mod stream;
 #[cfg(test)]
 mod testutil;
@@ -61,6 +62,20 @@ pub trait AccessSource {
     /// only stalled (false).
     fn thread_done(&self, _thread: usize) -> bool {
         true
+    }
+}
+
+/// How a reader's `fill` ends after decoding `n` accesses with result `res`: an error met after
+/// some accesses is kept in `failed` for the next call (which must return it first), so every
+/// access before a malformed record is handed out, however the caller sizes its buffers.
+pub(crate) fn deliver(n: usize, res: Result<()>, failed: &mut Option<Error>) -> Result<usize> {
+    match res {
+        Ok(()) => Ok(n),
+        Err(e) if n > 0 => {
+            *failed = Some(e);
+            Ok(n)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -184,7 +199,16 @@ pub fn open(path: &Path) -> Result<Box<dyn AccessSource>> {
 /// Like [`open`]; `with_fetches` makes the ChampSim and lackey readers emit instruction fetches
 /// (see [`champsim::Reader::new`] and [`lackey::Reader::new`]). Native traces return exactly
 /// the accesses they hold, fetches included, whatever `with_fetches` says.
+///
+/// The file is decompressed and decoded on a thread of its own that runs ahead of the caller
+/// ([`readahead::ReadAhead`]), so a simulation overlaps the decoding.
 pub fn open_with(path: &Path, with_fetches: bool) -> Result<Box<dyn AccessSource>> {
+    Ok(Box::new(readahead::ReadAhead::spawn(open_direct(path, with_fetches)?)))
+}
+
+/// Like [`open_with`], but decoding on the calling thread rather than on a reader thread of its
+/// own ([`readahead`]); the accesses and errors are the same.
+pub fn open_direct(path: &Path, with_fetches: bool) -> Result<Box<dyn AccessSource + Send>> {
     // A missing file or a directory says that it was the trace that could not be read (a run
     // also names a config file, and `File::open` of a directory succeeds on Linux).
     let whose = |e| Error::io(format!("trace file {}", path.display()), e);

@@ -310,7 +310,7 @@ fn decode(b: &[u8], start: usize, prev: &mut Prev) -> Result<(Access, usize), St
 pub struct Reader {
     path: String,
     header: Header,
-    body: zstd::stream::read::Decoder<'static, Box<dyn BufRead>>,
+    body: zstd::stream::read::Decoder<'static, Box<dyn BufRead + Send>>,
     /// Decompressed body bytes; `buf[pos..end]` are not decoded yet.
     buf: Box<[u8]>,
     pos: usize,
@@ -322,6 +322,8 @@ pub struct Reader {
     prev: Prev,
     records: u64,
     instrs: u64,
+    /// An error met after decoding some accesses, returned by the next `fill`.
+    failed: Option<Error>,
 }
 
 impl Reader {
@@ -337,7 +339,7 @@ impl Reader {
 
     /// Reads a native trace from `input` (already decompressed by any outer layer); `path` names
     /// it in errors.
-    pub fn new(mut input: Box<dyn BufRead>, path: &str) -> Result<Reader> {
+    pub fn new(mut input: Box<dyn BufRead + Send>, path: &str) -> Result<Reader> {
         let mut hb = [0u8; HEADER_LEN];
         let n = stream::read_full(&mut input, &mut hb).map_err(|e| read_error(path, 0, "header", e))?;
         let header = Header::parse(&hb[..n], path)?;
@@ -355,6 +357,7 @@ impl Reader {
             prev: Prev::default(),
             records: 0,
             instrs: 0,
+            failed: None,
         })
     }
 
@@ -385,9 +388,10 @@ impl Reader {
     }
 }
 
-impl AccessSource for Reader {
-    fn fill(&mut self, out: &mut [Access]) -> Result<usize> {
-        let mut n = 0;
+impl Reader {
+    /// Decodes into `out[*n..]`, advancing `*n` past every access decoded, also when it fails.
+    fn fill_some(&mut self, out: &mut [Access], done_n: &mut usize) -> Result<()> {
+        let mut n = *done_n;
         while n < out.len() && !self.done {
             // Hot loop on locals so the state stays in registers.
             let buf = &self.buf[..self.end];
@@ -413,6 +417,7 @@ impl AccessSource for Reader {
             self.prev = prev;
             self.records += (n - start_n) as u64;
             self.instrs += instrs;
+            *done_n = n;
             match stop {
                 None => break,
                 Some(Stop::Bad(at, msg)) => {
@@ -448,7 +453,18 @@ impl AccessSource for Reader {
                 }
             }
         }
-        Ok(n)
+        Ok(())
+    }
+}
+
+impl AccessSource for Reader {
+    fn fill(&mut self, out: &mut [Access]) -> Result<usize> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        let mut n = 0;
+        let res = self.fill_some(out, &mut n);
+        super::deliver(n, res, &mut self.failed)
     }
 
     fn total_instrs(&self) -> Option<u64> {

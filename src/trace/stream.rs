@@ -147,23 +147,23 @@ pub(crate) fn read_error(path: &str, offset: u64, what: &str, err: io::Error) ->
 }
 
 /// Opens `path` without decompressing it.
-pub(crate) fn open_raw(path: &Path) -> Result<Box<dyn BufRead>> {
+pub(crate) fn open_raw(path: &Path) -> Result<Box<dyn BufRead + Send>> {
     let f = File::open(path).map_err(|e| Error::io(display(path), e))?;
     Ok(Box::new(BufReader::with_capacity(IO_BUF, MarkedFile(f, Arc::default()))))
 }
 
 /// Opens `path` and decompresses it according to its suffix (see [`Compression::of`]).
-pub(crate) fn open_decompressed(path: &Path) -> Result<(Box<dyn BufRead>, Compression)> {
+pub(crate) fn open_decompressed(path: &Path) -> Result<(Box<dyn BufRead + Send>, Compression)> {
     open_counted(path).map(|(r, comp, _)| (r, comp))
 }
 
 /// [`open_decompressed`], and how much of the file has been read.
-pub(crate) fn open_counted(path: &Path) -> Result<(Box<dyn BufRead>, Compression, ReadCount)> {
+pub(crate) fn open_counted(path: &Path) -> Result<(Box<dyn BufRead + Send>, Compression, ReadCount)> {
     let comp = Compression::of(path)?;
     let f = File::open(path).map_err(|e| Error::io(display(path), e))?;
     let count = ReadCount { read: Arc::default(), size: f.metadata().map(|m| m.len()).unwrap_or(0) };
     let raw = BufReader::with_capacity(IO_BUF, MarkedFile(f, count.read.clone()));
-    let r: Box<dyn BufRead> = match comp {
+    let r: Box<dyn BufRead + Send> = match comp {
         Compression::None => Box::new(raw),
         Compression::Gzip => Box::new(BufReader::with_capacity(IO_BUF, flate2::bufread::MultiGzDecoder::new(raw))),
         Compression::Xz => Box::new(BufReader::with_capacity(IO_BUF, xz2::bufread::XzDecoder::new_multi_decoder(raw))),
