@@ -349,6 +349,26 @@ fn walks_set_the_accessed_bit() {
     assert_eq!(r.find(&mut s, a, &mut env).unwrap(), TObj::new(a, 0x9000, PageSize::K4, prot::RW));
 }
 
+/// The host prefetch names a slot the walk probes where the walk probes the 4 KiB ways (a 4 KiB
+/// page, an unmapped address), so the simulated cache sets it prefetches are ones the walk reads.
+/// (A 2 MiB page's header narrows its walk to the 2 MiB ways: the hint is then unused.)
+#[test]
+fn prefetch_names_a_slot_the_walk_probes() {
+    let mut r = Ecpt::new(&EcptConfig::emt(), 5);
+    let (mut ph, mut cost) = (phys(), OsCost::default());
+    let mut env = TdbEnv { phys: &mut ph, cost: &mut cost };
+    let mut s = r.create_space(7, &mut env).unwrap();
+    r.update(&mut s, &TObj::new(0x4020_3000, 0x9000, PageSize::K4, prot::RW), &mut env).unwrap();
+    r.update(&mut s, &TObj::new(0x1_8060_0000, 0x20_0000, PageSize::M2, prot::RW), &mut env).unwrap();
+    let mut wc = r.new_walk_cache();
+    for va in [0x4020_3010u64, 0x7000_0000] {
+        let entry = r.prefetch(&s, va).expect("tables exist");
+        let mut plan = WalkPlan::default();
+        r.walk(&mut s, &mut wc, 7, va, &mut plan);
+        assert!(plan.refs.iter().any(|x| x.paddr == entry), "{va:#x}: {entry:#x} not among {:?}", plan.refs);
+    }
+}
+
 /// One checked walk: no violation allowed.
 fn walk(r: &mut Ecpt, s: &mut EcptSpace, wc: &mut EcptCwc, asid: u16, va: u64) -> (Option<Translation>, WalkPlan) {
     let mut plan = WalkPlan { checked: true, ..WalkPlan::default() };

@@ -165,6 +165,27 @@ impl Driver for Ecpt {
         &self.sizes
     }
 
+    /// Prefetches the slot of every way the walk may probe: on a random workload each is a
+    /// random read of a large array (the 4 KiB ways of a 4 GiB table hold 128 Ki slots each).
+    /// The line a slot names cannot be prefetched without waiting for the slot. Returns the
+    /// simulated address of the first way's slot, whose cache sets the caller prefetches.
+    #[inline]
+    fn prefetch(&self, s: &EcptSpace, va: u64) -> Option<u64> {
+        let mut first = None;
+        for (i, t) in s.tables.iter().enumerate() {
+            let Some(t) = t else { continue };
+            let tag = (va >> SIZES[i].shift()) >> 3;
+            for way in t.ways() {
+                for (a, _) in way.arrays() {
+                    let slot = a.slot(tag);
+                    crate::mem::host_prefetch(&a.slots[slot]);
+                    first.get_or_insert_with(|| a.paddr(slot));
+                }
+            }
+        }
+        first
+    }
+
     fn restart_metrics(&mut self) {
         self.c = Counters::default();
     }
