@@ -53,6 +53,19 @@ fn cold_2d_walks_make_the_published_reference_counts() {
     }
 }
 
+/// The host prefetch of a 2-D walk names a reference the walk makes: the host entry that
+/// translates the guest's leaf table page.
+#[test]
+fn prefetch_names_a_reference_of_the_2d_walk() {
+    let (mut os, a, base) = radix_vm("radix4@radix4", NO_CACHES);
+    let mut wc = os.driver.new_walk_cache();
+    for va in [base + 0x1234, base + (3 << 20) + 0x10] {
+        let entry = os.driver.prefetch(&os.procs[a as usize].space, va).expect("mapped in both dimensions");
+        let plan = walk(&mut os, &mut wc, a, va);
+        assert!(plan.refs.iter().any(|r| r.paddr == entry && r.host), "{va:#x}: {entry:#x} not among {:?}", plan.refs);
+    }
+}
+
 #[test]
 fn a_warm_nested_tlb_removes_the_host_dimension() {
     let big_ntlb = ["arch.radix.pwc=[]", "host.arch.radix.pwc=[]", "host.ntlb.entries=4096", "host.ntlb.ways=8"];

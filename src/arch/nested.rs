@@ -578,6 +578,17 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
         self.guest.invalidate_walk_cache(&mut wc.guest, asid, start, end);
     }
 
+    /// The guest driver's prefetch (its walk's last entry, a guest-physical address), then the
+    /// host driver's for that address: the host entry the 2-D walk reads to translate the guest
+    /// table page, whose host-physical address is returned. The host entry of the data page
+    /// itself needs the guest entry's contents, which this prefetch is still bringing in.
+    #[inline]
+    fn prefetch(&self, s: &NestedSpace<G>, va: u64) -> Option<u64> {
+        let gpa = self.guest.prefetch(&s.guest, va)?;
+        let space = &self.host.procs.get(VM as usize)?.space;
+        self.host.driver.prefetch(space, self.base + gpa)
+    }
+
     fn leaf_sizes(&self) -> &[PageSize] {
         self.guest.leaf_sizes()
     }

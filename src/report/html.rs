@@ -534,7 +534,13 @@ fn key_unit(key: &str) -> &'static str {
 }
 
 fn latency_figure(d: &Dataset, colours: &Colours, labels: &Labels) -> Option<Figure> {
-    let runs: Vec<&Run> = d.runs.iter().filter(|r| r.get("walks") > 0.0).collect();
+    let runs: Vec<&Run> = d
+        .runs
+        .iter()
+        .filter(|r| {
+            r.get("walks") > 0.0 && ["walk_latency_p50", "walk_latency_avg", "walk_latency_p99"].iter().all(|k| r.get(k).is_finite())
+        })
+        .collect();
     if runs.is_empty() {
         return None;
     }
@@ -861,6 +867,19 @@ mod tests {
         let page = render(&d);
         assert!(page.contains("mmu.l2.size (bytes)") && page.contains(">2 MiB<") && page.contains(">16 MiB<"), "{page}");
         assert!(page.contains("x axis logarithmic"));
+    }
+
+    #[test]
+    fn missing_metrics_draw_nothing_and_no_runs_say_so() {
+        assert!(render(&Dataset::default()).contains("No finished run to plot."));
+        let mut d = dataset();
+        for r in &mut d.runs {
+            r.metrics.remove("walk_latency_p99");
+            r.metrics.remove("translation_fraction");
+        }
+        let page = render(&d);
+        assert!(!page.contains("NaN") && !page.contains("inf\""), "{page}");
+        assert!(!page.contains("id=\"walk-latency\"") && !page.contains("id=\"translation-fraction\""));
     }
 
     #[test]
