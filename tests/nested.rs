@@ -226,3 +226,49 @@ fn host_swapping_remaps_under_checked_mode() {
         assert!(r.driver["host_remaps"].as_u64().unwrap() > 0, "{design}");
     }
 }
+
+/// Host promotions: on a host whose memory is fragmented (every 2 MiB block holds one of another
+/// tenant's pages), host THP faults fall back to 4 KiB; the host's khugepaged compacts a block
+/// and collapses the VM's 4 KiB backing into a 2 MiB page, which remaps guest-physical memory
+/// behind the guest's back. Every VM TLB entry may depend on it, so checked mode fails the run
+/// unless the VM's TLBs, host walk caches and nested TLB are flushed.
+#[test]
+fn host_promotions_under_checked_mode() {
+    for design in ["radix4@radix4-thp", "radix4-thp@radix4-thp", "ecpt@radix4-thp", "radix4@ecpt-thp"] {
+        let mut sets = VM.to_vec();
+        sets.extend_from_slice(&[
+            "workload.name=\"gups\"",
+            "workload.params.table=64M",
+            "workload.params.updates=100000",
+            "sim.checked=true",
+            "sim.epoch_accesses=5000",
+            "host.os.fragmentation.method=\"free2m\"",
+            "host.os.fragmentation.target=1.0",
+            "host.os.compaction.khugepaged=true",
+            "host.os.khugepaged.sleep_ms=0.5",
+            "host.os.khugepaged.pages_to_scan=512",
+        ]);
+        let r = run(design, &sets);
+        assert_eq!(r.core.checked, r.core.accesses, "{design}");
+        let host_os = &r.driver["host_os"];
+        let n = |k: &str| host_os[k].as_u64().unwrap_or(0);
+        assert!(n("thp_fallback_nomem") > 0, "{design}: the host first backs with 4 KiB pages: {host_os}");
+        assert!(n("promotions") > 0 && n("compactions") >= n("promotions"), "{design}: {host_os}");
+        assert!(n("compaction_pages_moved") >= n("compactions"), "{design}: {host_os}");
+        assert!(r.driver["host_remaps"].as_u64().unwrap() > 0, "{design}");
+        assert!(r.driver["host_coverage_2m"].as_u64().unwrap() > 0, "{design}");
+    }
+    // Without compaction the host cannot promote on that memory.
+    let mut sets = VM.to_vec();
+    sets.extend_from_slice(&[
+        "workload.name=\"gups\"",
+        "workload.params.table=64M",
+        "workload.params.updates=20000",
+        "host.os.fragmentation.method=\"free2m\"",
+        "host.os.fragmentation.target=1.0",
+        "host.os.khugepaged.sleep_ms=0.01",
+    ]);
+    let r = run("radix4@radix4-thp", &sets);
+    assert_eq!(r.driver["host_os"]["promotions"].as_u64().unwrap(), 0);
+    assert!(r.driver["host_os"]["promotion_failures"].as_u64().unwrap() > 0);
+}

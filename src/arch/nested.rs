@@ -28,9 +28,9 @@
 //! guest's page fault. Otherwise the first hardware reference (a 2-D walk's) takes the violation
 //! and its cost is charged to that walk.
 //!
-//! Simplifications (docs/virtualization.md): the host OS runs no background work (no host
-//! khugepaged, no host migration), so a host mapping, once made, never changes and guest TLB
-//! entries never need a host shootdown.
+//! The host OS's background work (khugepaged and the compaction it triggers) and its swap remap
+//! guest-physical memory behind the guest's back; every VM TLB entry may depend on a remapped
+//! page, so each host remap flushes the VM's TLBs (docs/virtualization.md).
 
 use super::{ArchConfig, Design, Registered};
 use crate::addr::{PageSize, Pfn};
@@ -248,8 +248,7 @@ pub struct Nested<G: Driver, H: Driver> {
     ntlb: TlbConfig,
     ntlb_enabled: bool,
     /// Bumped whenever the host OS sends shootdowns: every core's host walk caches and nested
-    /// TLB are flushed before their next use (the host never remaps in this model, so this is
-    /// rare: ECPT host tables reporting stale walk caches).
+    /// TLB are flushed before their next use.
     host_epoch: u64,
     /// Host remaps so far: the VM's TLBs are flushed on each ([`Driver::generation`]).
     remaps: u64,

@@ -182,6 +182,24 @@ pub enum FragMethod {
     Free2m,
 }
 
+/// Compaction (`os.compaction`, Linux's `mm/compaction.c`): when a 2 MiB allocation finds no
+/// free block, the OS may move pages out of one. Only the fragmenter's pages move (the knobs'
+/// stand-ins for other tenants' movable memory; the run's own pages and tables stay put), to the
+/// lowest free frames, from the block that needs the fewest moves, each move charged as a copied
+/// page (docs/os-model.md). Off by default: the fragmentation setups the studies reproduce (Elastic
+/// Translations' FMFI, Virtuoso's knob) hold fragmentation constant for the whole run.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CompactionConfig {
+    /// khugepaged compacts before giving up a collapse (Linux's `khugepaged/defrag`, on by default
+    /// there): with THP faults falling back to 4 KiB on fragmented memory, this is what lets
+    /// khugepaged promote later.
+    pub khugepaged: bool,
+    /// A THP fault compacts before falling back to 4 KiB (Linux's `defrag = always`, or `madvise`
+    /// for advised VMAs: direct compaction).
+    pub fault: bool,
+}
+
 /// Fragmentation knob, applied at boot with the run's seed.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -242,6 +260,8 @@ pub struct OsConfig {
     pub hawkeye: HawkeyeConfig,
     /// Fragmentation before the run.
     pub fragmentation: FragConfig,
+    /// Compaction of the fragmenter's pages when a 2 MiB allocation finds no free block.
+    pub compaction: CompactionConfig,
     /// Cycles per counted OS event.
     pub costs: OsCostModel,
     /// Fixed cycles per page fault for the trap, entry and return (on top of counted work).
@@ -285,6 +305,7 @@ impl Default for OsConfig {
             leshy: LeshyConfig::default(),
             hawkeye: HawkeyeConfig::default(),
             fragmentation: FragConfig::default(),
+            compaction: CompactionConfig::default(),
             costs: OsCostModel::default(),
             fault_trap_cycles: 1000.0,
             eager_paging: false,

@@ -115,16 +115,23 @@ impl<D: Driver> Os<D> {
         Some(pfn)
     }
 
-    /// Allocates and zeroes a 2 MiB data page, from the THP pool first (`os.thp_pool`).
-    pub(super) fn alloc_huge(&mut self) -> Option<Pfn> {
-        match self.pools.take_2m() {
-            Some(pfn) => {
-                self.cost.add_to(Func::Alloc, Event::Page, 1);
-                self.zero_data(512);
-                Some(pfn)
-            }
-            None => self.alloc_data(9),
-        }
+    /// Allocates and zeroes a 2 MiB data page, from the THP pool first (`os.thp_pool`), then the
+    /// buddy allocator, then, with `os.compaction.fault`, a block compaction frees.
+    pub(super) fn alloc_huge(&mut self) -> Result<Option<Pfn>> {
+        let pfn = match self.pools.take_2m() {
+            Some(pfn) => pfn,
+            None => match self.phys.alloc(9) {
+                Some(pfn) => pfn,
+                None if self.cfg.compaction.fault => match self.compact_2m()? {
+                    Some(pfn) => pfn,
+                    None => return Ok(None),
+                },
+                None => return Ok(None),
+            },
+        };
+        self.cost.add_to(Func::Alloc, Event::Page, 1);
+        self.zero_data(512);
+        Ok(Some(pfn))
     }
 
     pub(super) fn install(&mut self, asid: u16, va: u64, pa: u64, size: PageSize, prot: u8) -> Result<()> {

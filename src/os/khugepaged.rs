@@ -86,14 +86,27 @@ impl<D: Driver> Os<D> {
         r
     }
 
+    /// The 4 KiB pages mapped in `[base, end)` of `asid`.
+    fn small_pages(&mut self, asid: u16, base: u64, end: u64) -> Vec<TObj> {
+        let mut small = Vec::with_capacity(512);
+        self.api(asid, Func::Iterate, |d, s, env| {
+            d.for_each(s, base, end, env, &mut |o| {
+                if o.size == PageSize::K4 {
+                    small.push(*o)
+                }
+            })
+        });
+        small
+    }
+
     /// Tries to collapse the 2 MiB region at `base` into one THP.
     pub(super) fn collapse(&mut self, asid: u16, base: u64) -> Result<bool> {
         if self.driver.can_map(base, PageSize::M2).is_err() {
             return Ok(false);
         }
         let end = base + PageSize::M2.bytes();
-        let mut small = Vec::with_capacity(512);
         let mut huge = false;
+        let mut small = Vec::with_capacity(512);
         self.api(asid, Func::Iterate, |d, s, env| {
             d.for_each(s, base, end, env, &mut |o| {
                 if o.size == PageSize::K4 {
@@ -108,8 +121,20 @@ impl<D: Driver> Os<D> {
         }
         let flags = self.vma(asid, base).map(|v| v.flags).unwrap_or_default();
         let pa = match self.placement(asid, base, PageSize::M2, flags) {
-            Placement::Buddy => match self.pools.take_2m().map(|p| p.addr()).or_else(|| self.phys.alloc(9).map(|p| p.addr())) {
-                Some(pa) => pa,
+            Placement::Buddy => match self.pools.take_2m().or_else(|| self.phys.alloc(9)) {
+                // khugepaged's own compaction (`os.compaction.khugepaged`).
+                None if self.cfg.compaction.khugepaged => match self.compact_2m()? {
+                    Some(pfn) => {
+                        // Compaction may have moved some of this region's own pages.
+                        small = self.small_pages(asid, base, end);
+                        pfn.addr()
+                    }
+                    None => {
+                        self.stats.promotion_failures += 1;
+                        return Ok(false);
+                    }
+                },
+                Some(pfn) => pfn.addr(),
                 None => {
                     self.stats.promotion_failures += 1;
                     return Ok(false);

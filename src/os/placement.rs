@@ -92,7 +92,7 @@ impl<D: Driver> Os<D> {
             Placement::Buddy => {
                 self.reclaim(size.order())?;
                 // 2 MiB pages come from the fairness pool first (os.thp_pool), then the buddy allocator.
-                let pfn = if size == PageSize::M2 { self.alloc_huge() } else { self.alloc_data(size.order()) };
+                let pfn = if size == PageSize::M2 { self.alloc_huge()? } else { self.alloc_data(size.order()) };
                 Ok(pfn.map(|p| p.addr()))
             }
             Placement::Frame { pa, evict } => {

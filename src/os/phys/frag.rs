@@ -166,6 +166,7 @@ impl PhysMem {
             self.release_held(&mut held, p, k);
         }
 
+        self.mark_held(&held);
         self.fmfi(order)
     }
 
@@ -209,6 +210,7 @@ impl PhysMem {
             if self.take_block(p, 0, Class::Normal) {
                 bit_set(&mut self.heads[0], p);
                 self.fragmenter += 1;
+                self.held_bits()[(p / 64) as usize] |= 1 << (p % 64);
             }
         }
         self.free_2m_fraction()

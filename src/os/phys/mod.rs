@@ -77,9 +77,14 @@
 //!
 //! Pages taken by either knob belong to a "fragmenter" that never frees them; they are ordinary
 //! order-0 allocations as far as the invariants are concerned ([`PhysMem::fragmenter_pages`]).
+//! They stand for other tenants' movable memory: [`PhysMem::compact`] may move them elsewhere to
+//! make a free 2 MiB block, as Linux's compaction migrates movable pages (module `compact`).
 
 mod bits;
+mod compact;
 mod frag;
+
+pub use compact::Compacted;
 #[cfg(test)]
 mod tests;
 
@@ -129,6 +134,9 @@ pub struct PhysMem {
     reserved: BTreeMap<u64, u64>,
     /// Order-0 pages held by the fragmenter knobs.
     fragmenter: u64,
+    /// Which frames the fragmenter holds (bit per frame), empty until a knob runs: compaction
+    /// may move these, and only these.
+    held: Vec<u64>,
 }
 
 /// The two classes of free block (module docs, "Tail insertion").
@@ -184,6 +192,7 @@ impl PhysMem {
             big: BTreeMap::new(),
             reserved: BTreeMap::new(),
             fragmenter: 0,
+            held: Vec::new(),
         };
         // Cover [0, total) with the largest aligned blocks that fit; the tail blocks' buddies lie
         // beyond the end, so nothing here could coalesce further.
@@ -928,6 +937,13 @@ impl PhysMem {
                     return Err(format!("{kind} order-{k} block at pfn {p:#x} overlaps a {what}"));
                 }
             }
+        }
+        let held = ones(&self.held).count() as u64;
+        if held != self.fragmenter {
+            return Err(format!("{held} frames marked held but the fragmenter holds {}", self.fragmenter));
+        }
+        if let Some(p) = ones(&self.held).find(|&p| !bit_test(&self.heads[0], p)) {
+            return Err(format!("held frame {p:#x} is not an order-0 allocation"));
         }
         if free_sum + alloc_sum != self.total {
             return Err(format!("{free_sum} free + {alloc_sum} allocated frames != {} frames of memory", self.total));

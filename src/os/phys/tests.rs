@@ -935,3 +935,70 @@ fn alloc_in_range_stays_inside_the_range() {
     assert!(b.0 >= lo && b.0 + 512 <= hi && b.0.is_multiple_of(512));
     m.check_invariants().unwrap();
 }
+
+#[test]
+fn compaction_moves_fragmenter_pages_out_of_the_cheapest_block() {
+    // Free-2M knob: one pinned page per broken block, so one move frees a block.
+    let mut m = PhysMem::new(GIB, 14);
+    m.fragment_free_2m(1.0, 3);
+    ok(&m);
+    assert_eq!(m.alloc(9), None, "every 2 MiB block is broken");
+    let (free, held) = (m.free_pages(), m.fragmenter_pages());
+    let c = m.compact(9, &|_| false).expect("a block qualifies");
+    let (pfn, moved) = (c.block, c.fragmenter_moved);
+    assert!(c.moved.is_empty());
+    ok(&m);
+    assert_eq!(moved, 1);
+    assert_eq!(pfn.0 % 512, 0);
+    assert_eq!(m.free_pages(), free - 512, "the block is allocated, its page moved into a free frame");
+    assert_eq!(m.fragmenter_pages(), held, "the fragmenter keeps its pages");
+    m.free(pfn, 9).expect("allocated as one order-9 block");
+    ok(&m);
+    // FMFI knob: blocks hold many pages; compaction keeps working until free memory runs short.
+    let (mut m, _) = fragmented(0.9, 5);
+    let mut n = 0;
+    while let Some(c) = m.compact(9, &|_| false) {
+        let (pfn, moved) = (c.block, c.fragmenter_moved);
+        assert!(moved > 0 && moved <= 512);
+        assert!((pfn.0..pfn.0 + 512).all(|p| !m.is_free(Pfn(p))));
+        n += 1;
+    }
+    ok(&m);
+    assert!(n > 0);
+    assert!(m.free_pages() < m.fragmenter_pages().min(512) + 512, "stops only when nothing qualifies");
+    // Nothing held: nothing to move.
+    let mut m = PhysMem::new(GIB, 14);
+    while m.alloc(9).is_some() {}
+    assert_eq!(m.compact(9, &|_| false), None);
+    ok(&m);
+}
+
+#[test]
+fn compaction_moves_the_callers_pages_it_may_move() {
+    // Every 2 MiB block holds a fragmenter page and, after 4 KiB allocations spread by the
+    // smallest-order-first rule, pages of the caller too.
+    let mut m = PhysMem::new(2 * GIB, 14);
+    m.fragment_free_2m(1.0, 3);
+    let mine: Vec<u64> = (0..131072).map(|_| m.alloc(0).unwrap().0).collect();
+    assert_eq!(m.compact(9, &|_| false), None, "the caller's pages pin every block");
+    let (free, held) = (m.free_pages(), m.fragmenter_pages());
+    let mut sorted = mine.clone();
+    sorted.sort_unstable();
+    let mine = |p: u64| sorted.binary_search(&p).is_ok();
+    let c = m.compact(9, &mine).expect("movable now");
+    ok(&m);
+    assert_eq!(c.fragmenter_moved, 1);
+    let block = c.block.0..c.block.0 + 512;
+    assert!(!c.moved.is_empty());
+    for &(from, to) in &c.moved {
+        assert!(block.contains(&from.0) && !block.contains(&to.0) && mine(from.0));
+        assert!(!m.is_free(to));
+    }
+    assert_eq!(m.free_pages(), free - 512);
+    assert_eq!(m.fragmenter_pages(), held);
+    // Frames the caller cannot move keep their block.
+    let pinned = c.moved[0].1 .0;
+    let c2 = m.compact(9, &|p| p != pinned && mine(p)).unwrap();
+    assert!(!(c2.block.0..c2.block.0 + 512).contains(&pinned));
+    ok(&m);
+}
