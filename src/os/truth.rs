@@ -27,53 +27,264 @@ impl Hasher for MixHasher {
 pub type IntMap<V> = HashMap<u64, V, BuildHasherDefault<MixHasher>>;
 
 /// Mappings of one address space: per size, virtual page number → physical base address.
+///
+/// Checked mode and the perfect-TLB designs look every access up here, so each size has an
+/// open-addressing table of its own ([`VpnTable`]) whose home bucket the access loop prefetches
+/// ahead of the access ([`Truth::prefetch`]).
 #[derive(Default)]
 pub struct Truth {
-    maps: [IntMap<u64>; PageSize::COUNT],
-    count: [u64; PageSize::COUNT],
+    maps: [VpnTable; PageSize::COUNT],
 }
 
 impl Truth {
     /// Records a mapping.
     pub fn insert(&mut self, va: u64, pa: u64, size: PageSize) {
-        if self.maps[size.index()].insert(va >> size.shift(), pa).is_none() {
-            self.count[size.index()] += 1;
-        }
+        self.maps[size.index()].insert(va >> size.shift(), pa);
     }
 
     /// Forgets a mapping.
     pub fn remove(&mut self, va: u64, size: PageSize) -> Option<u64> {
-        let r = self.maps[size.index()].remove(&(va >> size.shift()));
-        if r.is_some() {
-            self.count[size.index()] -= 1;
-        }
-        r
+        self.maps[size.index()].remove(va >> size.shift())
     }
 
     /// The page mapping `va`: (physical base, size).
+    #[inline]
     pub fn lookup(&self, va: u64) -> Option<(u64, PageSize)> {
         for s in PageSize::ALL {
-            if self.count[s.index()] == 0 {
-                continue;
-            }
-            if let Some(&pa) = self.maps[s.index()].get(&(va >> s.shift())) {
+            if let Some(pa) = self.maps[s.index()].get(va >> s.shift()) {
                 return Some((pa, s));
             }
         }
         None
     }
 
-    /// Every mapping as (virtual base, physical base, size), in no particular order.
+    /// Host prefetch of what [`Truth::lookup`] of `va` reads first: the home bucket of `va`'s
+    /// page in the table of every size mapped (a hint: changes nothing).
+    #[inline(always)]
+    pub fn prefetch(&self, va: u64) {
+        for s in PageSize::ALL {
+            if let Some(b) = self.maps[s.index()].home_bucket(va >> s.shift()) {
+                crate::mem::host_prefetch(b);
+            }
+        }
+    }
+
+    /// Every mapping as (virtual base, physical base, size), in no particular order (callers
+    /// that depend on the order sort it).
     pub fn pages(&self) -> Vec<(u64, u64, PageSize)> {
         let mut v = Vec::new();
         for s in PageSize::ALL {
-            v.extend(self.maps[s.index()].iter().map(|(&vpn, &pa)| (vpn << s.shift(), pa, s)));
+            v.extend(self.maps[s.index()].iter().map(|(vpn, pa)| (vpn << s.shift(), pa, s)));
         }
         v
     }
 
     /// Pages mapped of each size.
     pub fn counts(&self) -> [u64; PageSize::COUNT] {
-        self.count
+        std::array::from_fn(|i| self.maps[i].len as u64)
+    }
+}
+
+/// A bucket of [`VpnTable`]: a virtual page number and its physical base; 16 bytes, four to a
+/// 64-byte line.
+#[derive(Clone, Copy)]
+struct Bucket {
+    vpn: u64,
+    pa: u64,
+}
+
+/// The `vpn` of an empty bucket (no virtual page number reaches it: addresses have 64 bits and
+/// pages at least 12 of offset).
+const EMPTY: u64 = u64::MAX;
+
+/// Fibonacci hashing: a page number times 2^64 / φ; the top bits pick the bucket, and spread
+/// consecutive page numbers evenly over the table.
+const MULT: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// Virtual page number → physical base: linear probing over a power-of-two array of buckets,
+/// at most 3/4 full, no allocation but when it doubles. A key lies in its home bucket or in the
+/// run of full buckets after it, so a lookup reads the home bucket's line and rarely the next;
+/// removal shifts later keys of the run back into the hole instead of leaving tombstones.
+#[derive(Default)]
+struct VpnTable {
+    /// Empty, or a power of two of buckets (at least [`VpnTable::MIN`]).
+    buckets: Vec<Bucket>,
+    /// Keys held.
+    len: usize,
+    /// 64 − log2(buckets), the shift from the hash to the home bucket's index.
+    shift: u32,
+}
+
+impl VpnTable {
+    /// Buckets of the first allocation.
+    const MIN: usize = 16;
+
+    /// The index of `vpn`'s home bucket (the table is not empty).
+    #[inline(always)]
+    fn home(&self, vpn: u64) -> usize {
+        (vpn.wrapping_mul(MULT) >> self.shift) as usize
+    }
+
+    #[inline(always)]
+    fn mask(&self) -> usize {
+        self.buckets.len() - 1
+    }
+
+    /// `vpn`'s home bucket, where its lookup starts; `None` when nothing is mapped.
+    #[inline(always)]
+    fn home_bucket(&self, vpn: u64) -> Option<&Bucket> {
+        if self.len == 0 {
+            return None;
+        }
+        self.buckets.get(self.home(vpn))
+    }
+
+    /// The index of `vpn`'s bucket, if it holds it.
+    #[inline]
+    fn find(&self, vpn: u64) -> Option<usize> {
+        if self.len == 0 {
+            return None;
+        }
+        let mask = self.mask();
+        let mut i = self.home(vpn);
+        loop {
+            let b = self.buckets[i];
+            if b.vpn == vpn {
+                return Some(i);
+            }
+            if b.vpn == EMPTY {
+                return None;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// The physical base mapped at `vpn`.
+    #[inline]
+    fn get(&self, vpn: u64) -> Option<u64> {
+        self.find(vpn).map(|i| self.buckets[i].pa)
+    }
+
+    /// Maps `vpn` to `pa`, replacing any earlier mapping.
+    fn insert(&mut self, vpn: u64, pa: u64) {
+        debug_assert_ne!(vpn, EMPTY);
+        if (self.len + 1) * 4 > self.buckets.len() * 3 {
+            self.grow();
+        }
+        let mask = self.mask();
+        let mut i = self.home(vpn);
+        loop {
+            let b = &mut self.buckets[i];
+            if b.vpn == vpn {
+                b.pa = pa;
+                return;
+            }
+            if b.vpn == EMPTY {
+                *b = Bucket { vpn, pa };
+                self.len += 1;
+                return;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Twice the buckets (or the first [`VpnTable::MIN`]), every key re-placed.
+    #[cold]
+    fn grow(&mut self) {
+        let n = (self.buckets.len() * 2).max(Self::MIN);
+        let old = std::mem::replace(&mut self.buckets, vec![Bucket { vpn: EMPTY, pa: 0 }; n]);
+        self.shift = 64 - n.trailing_zeros();
+        self.len = 0;
+        for b in old.into_iter().filter(|b| b.vpn != EMPTY) {
+            self.insert(b.vpn, b.pa);
+        }
+    }
+
+    /// Forgets `vpn`, returning its physical base.
+    fn remove(&mut self, vpn: u64) -> Option<u64> {
+        let mut hole = self.find(vpn)?;
+        let pa = self.buckets[hole].pa;
+        let mask = self.mask();
+        // Backward shift: a later key of the run moves into the hole unless its home lies in
+        // (hole, its bucket], where it would no longer be reachable from its home.
+        let mut j = hole;
+        loop {
+            j = (j + 1) & mask;
+            let b = self.buckets[j];
+            if b.vpn == EMPTY {
+                break;
+            }
+            let h = self.home(b.vpn);
+            if j.wrapping_sub(h) & mask >= j.wrapping_sub(hole) & mask {
+                self.buckets[hole] = b;
+                hole = j;
+            }
+        }
+        self.buckets[hole].vpn = EMPTY;
+        self.len -= 1;
+        Some(pa)
+    }
+
+    /// Every (vpn, physical base), in bucket order.
+    fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.buckets.iter().filter(|b| b.vpn != EMPTY).map(|b| (b.vpn, b.pa))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    /// Random inserts, replacements and removals (from a small key range, so runs collide and
+    /// wrap around the table's end) agree with a `HashMap` at every step.
+    #[test]
+    fn vpn_table_matches_a_hash_map() {
+        let mut rng = Rng::new(7);
+        for keys in [8u64, 100, 5000] {
+            let (mut t, mut m) = (VpnTable::default(), std::collections::HashMap::new());
+            for step in 0..60_000u64 {
+                let k = rng.below(keys) * if keys == 5000 { 512 } else { 1 };
+                match rng.below(3) {
+                    0 | 1 if step < 40_000 => {
+                        t.insert(k, step);
+                        m.insert(k, step);
+                    }
+                    _ => assert_eq!(t.remove(k), m.remove(&k), "remove {k}"),
+                }
+                assert_eq!(t.get(k), m.get(&k).copied(), "get {k}");
+                assert_eq!(t.len, m.len());
+            }
+            for k in 0..keys {
+                assert_eq!(t.get(k), m.get(&k).copied());
+            }
+            let mut all: Vec<_> = t.iter().collect();
+            all.sort_unstable();
+            let mut want: Vec<_> = m.into_iter().collect();
+            want.sort_unstable();
+            assert_eq!(all, want);
+        }
+    }
+
+    /// Lookups find the smallest size mapped at an address, prefetch is harmless on empty and
+    /// full tables, and counts follow inserts and removals.
+    #[test]
+    fn truth_per_size() {
+        let mut t = Truth::default();
+        t.prefetch(0x1234);
+        assert_eq!(t.lookup(0x1234), None);
+        t.insert(0x20_0000, 0x4000_0000, PageSize::M2);
+        t.insert(0x20_1000, 0x9000, PageSize::K4);
+        t.prefetch(0x20_1234);
+        assert_eq!(t.lookup(0x20_1234), Some((0x9000, PageSize::K4)));
+        assert_eq!(t.lookup(0x20_2234), Some((0x4000_0000, PageSize::M2)));
+        assert_eq!(t.counts()[PageSize::M2.index()], 1);
+        assert_eq!(t.remove(0x20_1000, PageSize::K4), Some(0x9000));
+        assert_eq!(t.remove(0x20_1000, PageSize::K4), None);
+        assert_eq!(t.lookup(0x20_1234), Some((0x4000_0000, PageSize::M2)));
+        assert_eq!(t.counts().iter().sum::<u64>(), 1);
+        let mut p = t.pages();
+        p.sort_unstable();
+        assert_eq!(p, vec![(0x20_0000, 0x4000_0000, PageSize::M2)]);
     }
 }

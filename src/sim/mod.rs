@@ -533,10 +533,11 @@ fn access_loop<D: Driver, M: Mode>(
             }
             let a = st.buf[st.pos];
             st.pos += 1;
-            // Two accesses ahead, where the page changes, start the host loads its walk will make
-            // (a hint: no simulated effect; docs/performance.md, "Host prefetch").
+            // Two accesses ahead, where the page changes, start the host loads its walk (with a
+            // perfect TLB, its ground-truth lookup) will make (a hint: no simulated effect;
+            // docs/performance.md, "Host prefetch").
             if st.pos + 1 < st.len && (st.buf[st.pos].vaddr ^ st.buf[st.pos + 1].vaddr) >> 12 != 0 {
-                prefetch_walk(eng, c, &st.buf[st.pos + 1]);
+                prefetch_walk::<D, Additive, M>(eng, c, &st.buf[st.pos + 1]);
             }
             step::<D, Additive, M>(eng, core, c, &a)?;
             if !eng.os.pending.is_empty() {
@@ -706,10 +707,18 @@ fn beyond_user_space(src: &Source, thread: usize, index: u64, vaddr: u64, limit:
     }
 }
 
-/// Host prefetch for access `a` of core `c`: the driver's walk entry and the caches' sets for it.
+/// Host prefetch for access `a` of core `c`: the driver's walk entry and the caches' sets for it;
+/// with a perfect TLB, which walks nothing, the ground truth's bucket instead (also in checked
+/// mode, which looks the truth up on every TLB hit and walk).
 #[inline(always)]
-fn prefetch_walk<D: Driver, T: TimingModel>(eng: &Engine<D, T>, c: usize, a: &Access) {
+fn prefetch_walk<D: Driver, T: TimingModel, M: Mode>(eng: &Engine<D, T>, c: usize, a: &Access) {
     if let Some(p) = eng.os.procs.get(a.asid as usize) {
+        if M::PERFECT || M::CHECKED {
+            p.truth.prefetch(a.vaddr);
+        }
+        if M::PERFECT {
+            return;
+        }
         if let Some(entry) = eng.os.driver.prefetch(&p.space, a.vaddr) {
             eng.mem.prefetch(c, entry);
         }

@@ -19,7 +19,7 @@
 //! attributed to any access.
 
 use super::stream::{self, read_error, trace_err, Compression, Sink};
-use super::{Access, AccessKind, AccessSink, AccessSource};
+use super::{Access, AccessKind, AccessSink, AccessSource, BatchReader};
 use crate::addr::LINE_SHIFT;
 use crate::error::{Error, Result};
 use crate::fsutil::PendingFile;
@@ -228,16 +228,15 @@ impl AccessSource for Reader {
     }
 
     fn fill(&mut self, out: &mut [Access]) -> Result<usize> {
-        if let Some(e) = self.failed.take() {
-            return Err(e);
-        }
-        let mut n = 0;
-        let res = self.fill_some(out, &mut n);
-        super::deliver(n, res, &mut self.failed)
+        self.fill_batch(out)
     }
 }
 
-impl Reader {
+impl BatchReader for Reader {
+    fn kept_error(&mut self) -> &mut Option<Error> {
+        &mut self.failed
+    }
+
     /// Expands records into `out[*n..]`, advancing `*n` past every access written, also when it
     /// fails.
     fn fill_some(&mut self, out: &mut [Access], n: &mut usize) -> Result<()> {

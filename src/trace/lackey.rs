@@ -18,7 +18,7 @@
 //! the range of [`Access::size`].
 
 use super::stream::{self, read_error, trace_err, Compression};
-use super::{Access, AccessKind, AccessSource};
+use super::{Access, AccessKind, AccessSource, BatchReader};
 use crate::error::{Error, Result};
 use std::io::{self, BufRead};
 use std::path::Path;
@@ -201,16 +201,15 @@ impl AccessSource for Reader {
     }
 
     fn fill(&mut self, out: &mut [Access]) -> Result<usize> {
-        if let Some(e) = self.failed.take() {
-            return Err(e);
-        }
-        let mut n = 0;
-        let res = self.fill_some(out, &mut n);
-        super::deliver(n, res, &mut self.failed)
+        self.fill_batch(out)
     }
 }
 
-impl Reader {
+impl BatchReader for Reader {
+    fn kept_error(&mut self) -> &mut Option<Error> {
+        &mut self.failed
+    }
+
     /// Parses lines into `out[*done_n..]`, advancing `*done_n` past every access written, also
     /// when it fails.
     fn fill_some(&mut self, out: &mut [Access], done_n: &mut usize) -> Result<()> {

@@ -65,17 +65,31 @@ pub trait AccessSource {
     }
 }
 
-/// How a reader's `fill` ends after decoding `n` accesses with result `res`: an error met after
-/// some accesses is kept in `failed` for the next call (which must return it first), so every
-/// access before a malformed record is handed out, however the caller sizes its buffers.
-pub(crate) fn deliver(n: usize, res: Result<()>, failed: &mut Option<Error>) -> Result<usize> {
-    match res {
-        Ok(()) => Ok(n),
-        Err(e) if n > 0 => {
-            *failed = Some(e);
-            Ok(n)
+/// A file reader that decodes a batch at a time and keeps an error met after some accesses of a
+/// batch for its next call, which returns it first: every access before a malformed record is
+/// handed out, however the caller sizes its buffers. [`BatchReader::fill_batch`] is the readers'
+/// [`AccessSource::fill`].
+trait BatchReader {
+    /// Decodes into `out[*n..]`, advancing `*n` past every access written, also when it fails.
+    fn fill_some(&mut self, out: &mut [Access], n: &mut usize) -> Result<()>;
+
+    /// The error kept for the next call.
+    fn kept_error(&mut self) -> &mut Option<Error>;
+
+    /// Fills `out`, returning how many accesses it holds; the kept error first, if any.
+    fn fill_batch(&mut self, out: &mut [Access]) -> Result<usize> {
+        if let Some(e) = self.kept_error().take() {
+            return Err(e);
         }
-        Err(e) => Err(e),
+        let mut n = 0;
+        match self.fill_some(out, &mut n) {
+            Ok(()) => Ok(n),
+            Err(e) if n > 0 => {
+                *self.kept_error() = Some(e);
+                Ok(n)
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 

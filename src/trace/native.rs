@@ -35,7 +35,7 @@
 //! wrapping 64-bit arithmetic, so every address round-trips exactly.
 
 use super::stream::{self, read_error, trace_err, IO_BUF};
-use super::{Access, AccessKind, AccessSink, AccessSource};
+use super::{Access, AccessKind, AccessSink, AccessSource, BatchReader};
 use crate::error::{Error, Result};
 use crate::fsutil::PendingFile;
 use std::fs::File;
@@ -388,7 +388,11 @@ impl Reader {
     }
 }
 
-impl Reader {
+impl BatchReader for Reader {
+    fn kept_error(&mut self) -> &mut Option<Error> {
+        &mut self.failed
+    }
+
     /// Decodes into `out[*n..]`, advancing `*n` past every access decoded, also when it fails.
     fn fill_some(&mut self, out: &mut [Access], done_n: &mut usize) -> Result<()> {
         let mut n = *done_n;
@@ -459,12 +463,7 @@ impl Reader {
 
 impl AccessSource for Reader {
     fn fill(&mut self, out: &mut [Access]) -> Result<usize> {
-        if let Some(e) = self.failed.take() {
-            return Err(e);
-        }
-        let mut n = 0;
-        let res = self.fill_some(out, &mut n);
-        super::deliver(n, res, &mut self.failed)
+        self.fill_batch(out)
     }
 
     fn total_instrs(&self) -> Option<u64> {

@@ -6,7 +6,7 @@
 //! emptied batch back, so a fixed set of [`BUFFERS`] batches circulates and nothing is allocated
 //! per access. The stream the consumer sees is exactly the source's: the same accesses in the
 //! same order, then its end or its error, returned after every access decoded before it (as the
-//! readers themselves do, see [`super::deliver`]). Dropping the consumer disconnects both
+//! readers themselves do, see [`super::BatchReader`]). Dropping the consumer disconnects both
 //! channels; the reader thread notices at its next send or receive, at most one batch later, and
 //! the drop waits for it to end (so the file is closed when the drop returns).
 
