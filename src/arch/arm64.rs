@@ -482,6 +482,10 @@ impl Driver for Arm64 {
         self.stats = ContStats::default();
     }
 
+    fn translations_by_size(&self) -> Option<[u64; PageSize::COUNT]> {
+        Some(self.translations())
+    }
+
     fn metrics(&self) -> serde_json::Map<String, serde_json::Value> {
         let mut m = serde_json::Map::new();
         let t = self.translations();

@@ -634,7 +634,11 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
     fn metrics(&self) -> Map<String, Value> {
         let st = &self.stats;
         let per = |a: f64, b: u64| if b == 0 { 0.0 } else { a / b as f64 };
-        let cov = self.host.coverage();
+        // Host coverage by translation size: contiguous groups count as their group's size.
+        let cov = match self.host.driver.translations_by_size() {
+            Some(t) => std::array::from_fn(|i| t[i] * PageSize::ALL[i].bytes()),
+            None => self.host.coverage(),
+        };
         let mut m = Map::new();
         m.insert("nested_walks".into(), json!(st.walks));
         m.insert("guest_refs".into(), json!(st.guest_refs));
@@ -650,9 +654,9 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
         m.insert("host_remaps".into(), json!(self.remaps));
         m.insert("ntlb_lookups".into(), json!(st.ntlb_lookups));
         m.insert("ntlb_hit_rate".into(), json!(per(st.ntlb_hits as f64, st.ntlb_lookups)));
-        m.insert("host_coverage_4k".into(), json!(cov[PageSize::K4.index()]));
-        m.insert("host_coverage_2m".into(), json!(cov[PageSize::M2.index()]));
-        m.insert("host_coverage_1g".into(), json!(cov[PageSize::G1.index()]));
+        for size in PageSize::ALL {
+            m.insert(format!("host_coverage_{}", size.label().to_lowercase()), json!(cov[size.index()]));
+        }
         m.insert("host_table_bytes".into(), json!(self.host.table_bytes()));
         m.insert("host_os".into(), json!(self.host.stats));
         m.insert("guest".into(), Value::Object(self.guest.metrics()));

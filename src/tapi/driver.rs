@@ -96,6 +96,13 @@ pub trait Driver: Tdb + Sized + 'static {
         None
     }
 
+    /// Translations present now by size, when the driver forms translations larger than the
+    /// pages the OS mapped (arm64's contiguous groups: 16 × 4 KiB as one 64 KiB translation);
+    /// None (the default) when every translation is one OS page, as the ground truth counts them.
+    fn translations_by_size(&self) -> Option<[u64; PageSize::COUNT]> {
+        None
+    }
+
     /// Driver-specific metrics for the report (JSON object; empty by default).
     fn metrics(&self) -> serde_json::Map<String, serde_json::Value> {
         serde_json::Map::new()
