@@ -103,6 +103,16 @@ fn compaction_under_checked_mode() {
     let r = run("radix4-thp", &s.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!((r.os.promotions, r.os.compactions), (0, 0));
     assert!(r.os.promotion_failures > 0);
+    // Direct compaction at the fault: every THP fault gets its 2 MiB page from a compacted block
+    // (one fragmenter page moved per block: the program has only 2 MiB pages to move, and those
+    // stay).
+    let mut s = sets(false);
+    s.push("os.compaction.fault=true".into());
+    let r = run("radix4-thp", &s.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(r.core.checked, r.core.accesses);
+    assert_eq!((r.os.faults_thp, r.os.thp_fallback_nomem, r.os.compactions), (32, 0, 32), "{:?}", r.os);
+    assert_eq!(r.os.compaction_pages_moved, 32, "one fragmenter page per block: {:?}", r.os);
+    assert_eq!(r.coverage[xlate::addr::PageSize::M2.index()], 64 << 20);
 }
 
 /// Elastic Translations with THP off at fault: 4 KiB faults placed by CoalaPaging form 64 KiB
