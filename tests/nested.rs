@@ -66,6 +66,21 @@ fn prefetch_names_a_reference_of_the_2d_walk() {
     }
 }
 
+/// The second stage of the prefetch, given the guest frame, names the host entry of the 2-D
+/// walk's last host walk (the one that translates the data page).
+#[test]
+fn prefetch_frame_names_the_data_pages_host_entry() {
+    let (mut os, a, base) = radix_vm("radix4@radix4", NO_CACHES);
+    let mut wc = os.driver.new_walk_cache();
+    for va in [base + 0x1234, base + (3 << 20) + 0x10] {
+        let gpa = os.truth(a, va).unwrap().paddr(va);
+        let entry = os.driver.prefetch_frame(gpa).expect("backed by the host");
+        let plan = walk(&mut os, &mut wc, a, va);
+        let last = plan.refs.last().unwrap();
+        assert!(last.host && last.paddr == entry, "{va:#x}: {entry:#x} is not the last reference {last:?}");
+    }
+}
+
 #[test]
 fn a_warm_nested_tlb_removes_the_host_dimension() {
     let big_ntlb = ["arch.radix.pwc=[]", "host.arch.radix.pwc=[]", "host.ntlb.entries=4096", "host.ntlb.ways=8"];

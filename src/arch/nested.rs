@@ -588,6 +588,18 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
         self.host.driver.prefetch(space, self.base + gpa)
     }
 
+    const PREFETCHES_FRAME: bool = true;
+
+    /// The host driver's prefetch for the guest frame `gpa`: the host entry the 2-D walk's last
+    /// host walk reads, which `prefetch` could not name without the guest entry's contents. (The
+    /// guest leaf's host-physical address, which the host's ground truth would give, costs a
+    /// lookup that misses the host's caches more often than it saves: measured slower.)
+    #[inline]
+    fn prefetch_frame(&self, gpa: u64) -> Option<u64> {
+        let space = &self.host.procs.get(VM as usize)?.space;
+        self.host.driver.prefetch(space, self.base + gpa)
+    }
+
     fn leaf_sizes(&self) -> &[PageSize] {
         self.guest.leaf_sizes()
     }

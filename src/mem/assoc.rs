@@ -52,6 +52,33 @@ pub fn check_ways(key: &str, ways: u64) -> crate::error::Result<()> {
     Ok(())
 }
 
+/// The largest victim key of a set's replacement states: the state above 15 bits of inverted way
+/// (`i32`: states are below 2^16 and ways at most [`MAX_WAYS`] = 2^15), so one max gives the
+/// largest state and, among equals, the lowest way. A max has no data-dependent exit (a search
+/// for the maximum's position mispredicts on its random way), and the common widths get a
+/// fixed-length loop the compiler turns into vector code.
+#[inline(always)]
+fn max_key(meta: &[u16]) -> i32 {
+    #[inline(always)]
+    fn key(w: usize, m: u16) -> i32 {
+        i32::from(m) << 15 | (0x7FFF - w as i32)
+    }
+    #[inline(always)]
+    fn fixed<const N: usize>(meta: &[u16; N]) -> i32 {
+        let mut k = i32::MIN;
+        for (w, &m) in meta.iter().enumerate() {
+            k = k.max(key(w, m));
+        }
+        k
+    }
+    match meta.len() {
+        16 => fixed::<16>(meta.try_into().expect("16 ways")),
+        8 => fixed::<8>(meta.try_into().expect("8 ways")),
+        4 => fixed::<4>(meta.try_into().expect("4 ways")),
+        _ => meta.iter().enumerate().map(|(w, &m)| key(w, m)).max().unwrap_or(0x7FFF),
+    }
+}
+
 /// A set-associative array of tags with LRU or SRRIP replacement.
 ///
 /// Host layout (docs/performance.md): a set's tags are `ways` consecutive `u64`s followed by its
@@ -151,10 +178,17 @@ impl SetAssoc {
         &mut bytemuck::cast_slice_mut::<u64, u16>(&mut self.data[b + ways..b + self.stride])[..ways]
     }
 
-    /// The way of `set` holding `tag`.
+    /// The way of `set` holding `tag` (the lowest, for [`INVALID_TAG`]). The scan compares every
+    /// way into a bit mask instead of stopping at the match: an early exit mispredicts on the
+    /// hit's way, which is random (docs/performance.md, "Branch-free set search").
     #[inline(always)]
     fn find(&self, set: usize, tag: u64) -> Option<usize> {
-        self.set_tags(set).iter().position(|&t| t == tag)
+        let tags = self.set_tags(set);
+        if tags.len() > 64 {
+            return tags.iter().position(|&t| t == tag);
+        }
+        let hits = tags.iter().enumerate().fold(0u64, |m, (w, &t)| m | (u64::from(t == tag) << w));
+        (hits != 0).then(|| hits.trailing_zeros() as usize)
     }
 
     /// Makes `way` the most recently used way of its set (`meta` is the set's LRU state). The ways
@@ -259,9 +293,9 @@ impl SetAssoc {
         // LRU: the largest state is the lowest-index invalid way if any, else the least recently
         // used (rank valid - 1); values are distinct. SRRIP: "increment all RRPVs and retry until
         // some way reaches 3" ends after (3 - max) rounds with the first way holding the maximum
-        // as victim; do those rounds in one pass. Both are a max and a position, branch-free.
-        let max = meta.iter().copied().max().unwrap_or(0);
-        let way = meta.iter().position(|&m| m == max).unwrap_or(0);
+        // as victim; do those rounds in one pass. Both are one max over (state, lowest way) keys.
+        let key = max_key(meta);
+        let (max, way) = ((key >> 15) as u16, (0x7FFF - (key & 0x7FFF)) as usize);
         if policy == Replacement::Srrip && max < RRPV_DISTANT {
             let age = RRPV_DISTANT - max;
             meta.iter_mut().for_each(|m| *m += age);
@@ -446,7 +480,7 @@ mod tests {
     /// predicates).
     #[test]
     fn lru_ranks_match_timestamps() {
-        for ways in [1, 2, 3, 4, 8, 12, 16, 48] {
+        for ways in [1, 2, 3, 4, 8, 12, 16, 48, 64, 80] {
             let sets = 4;
             let mut rng = crate::rng::Rng::new(ways as u64);
             let mut fast = SetAssoc::new(sets, ways, Replacement::Lru);

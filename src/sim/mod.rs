@@ -539,6 +539,9 @@ fn access_loop<D: Driver, M: Mode>(
             if st.pos + 1 < st.len && (st.buf[st.pos].vaddr ^ st.buf[st.pos + 1].vaddr) >> 12 != 0 {
                 prefetch_walk::<D, Additive, M>(eng, c, &st.buf[st.pos + 1]);
             }
+            if D::PREFETCHES_FRAME && st.pos < st.len && (st.buf[st.pos].vaddr ^ a.vaddr) >> 12 != 0 {
+                prefetch_frame(eng, c, &st.buf[st.pos]);
+            }
             step::<D, Additive, M>(eng, core, c, &a)?;
             if !eng.os.pending.is_empty() {
                 apply_shootdowns(&mut eng.os, cores, &mut eng.mem);
@@ -713,13 +716,26 @@ fn beyond_user_space(src: &Source, thread: usize, index: u64, vaddr: u64, limit:
 #[inline(always)]
 fn prefetch_walk<D: Driver, T: TimingModel, M: Mode>(eng: &Engine<D, T>, c: usize, a: &Access) {
     if let Some(p) = eng.os.procs.get(a.asid as usize) {
-        if M::PERFECT || M::CHECKED {
+        if M::PERFECT || M::CHECKED || D::PREFETCHES_FRAME {
             p.truth.prefetch(a.vaddr);
         }
         if M::PERFECT {
             return;
         }
         if let Some(entry) = eng.os.driver.prefetch(&p.space, a.vaddr) {
+            eng.mem.prefetch(c, entry);
+        }
+    }
+}
+
+/// The second stage of the host prefetch for access `a`, one access ahead, for drivers whose
+/// walk goes on from the translated frame ([`Driver::prefetch_frame`]): the frame comes from the
+/// ground truth, whose bucket [`prefetch_walk`] brought in an access earlier.
+#[inline(always)]
+fn prefetch_frame<D: Driver, T: TimingModel>(eng: &Engine<D, T>, c: usize, a: &Access) {
+    let Some(p) = eng.os.procs.get(a.asid as usize) else { return };
+    if let Some((pa, size)) = p.truth.lookup(a.vaddr) {
+        if let Some(entry) = eng.os.driver.prefetch_frame(pa + (a.vaddr & size.offset_mask())) {
             eng.mem.prefetch(c, entry);
         }
     }

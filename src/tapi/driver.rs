@@ -71,6 +71,22 @@ pub trait Driver: Tdb + Sized + 'static {
         None
     }
 
+    /// Whether the walk ends with references that depend on the translated frame, so the host
+    /// prefetch has a second stage ([`Driver::prefetch_frame`]): the loop then looks the next
+    /// access's frame up in the ground truth. Default: false, which costs the loop nothing.
+    const PREFETCHES_FRAME: bool = false;
+
+    /// The second stage of the host prefetch, one access ahead (the first, [`Driver::prefetch`],
+    /// ran an access earlier and brought the walk's entries into the host's cache): `pa` is the
+    /// physical address the OS mapped the access to, for a driver whose walk goes on from there
+    /// (a nested driver's host walk of the guest frame). Prefetches what that part of the walk
+    /// reads and returns the simulated address of its last entry, as `prefetch` does. Must change
+    /// no simulated state. Default: nothing.
+    #[inline(always)]
+    fn prefetch_frame(&self, _pa: u64) -> Option<u64> {
+        None
+    }
+
     /// The machine-physical translation behind translation `t` of `va` that the OS installed:
     /// `t` itself natively; a nested driver composes it with the host's mapping of the
     /// guest-physical page. Checked mode compares every walk and TLB hit with this. Default: `t`.
