@@ -21,13 +21,12 @@ impl<D: Driver> Os<D> {
                 pages.extend(small.map(|(va, pa, _)| (pa >> 12, asid as u16, va)));
             }
             pages.sort_unstable();
-            let shared = |i: usize| {
-                let f = pages[i].0;
-                (i > 0 && pages[i - 1].0 == f) || pages.get(i + 1).is_some_and(|e| e.0 == f) || self.sharers.contains_key(&(f << 12))
-            };
-            let keep: Vec<bool> = (0..pages.len()).map(|i| !shared(i)).collect();
-            let mut k = keep.iter();
-            pages.retain(|_| *k.next().unwrap_or(&false));
+            // A frame listed twice, or known to fork's sharers, is shared: it stays.
+            pages = pages
+                .chunk_by(|a, b| a.0 == b.0)
+                .filter(|g| g.len() == 1 && !self.sharers.contains_key(&(g[0].0 << 12)))
+                .map(|g| g[0])
+                .collect();
         }
         let find = |pages: &[(u64, u16, u64)], f: u64| pages.binary_search_by_key(&f, |e| e.0).ok();
         let Some(c) = self.phys.compact(PageSize::M2.order(), &|f| find(&pages, f).is_some()) else {

@@ -86,27 +86,11 @@ impl<D: Driver> Os<D> {
         r
     }
 
-    /// The 4 KiB pages mapped in `[base, end)` of `asid`.
-    fn small_pages(&mut self, asid: u16, base: u64, end: u64) -> Vec<TObj> {
+    /// The 4 KiB pages mapped in `[base, end)` of `asid`, and whether a larger page is mapped
+    /// there too.
+    fn small_pages(&mut self, asid: u16, base: u64, end: u64) -> (Vec<TObj>, bool) {
         let mut small = Vec::with_capacity(512);
-        self.api(asid, Func::Iterate, |d, s, env| {
-            d.for_each(s, base, end, env, &mut |o| {
-                if o.size == PageSize::K4 {
-                    small.push(*o)
-                }
-            })
-        });
-        small
-    }
-
-    /// Tries to collapse the 2 MiB region at `base` into one THP.
-    pub(super) fn collapse(&mut self, asid: u16, base: u64) -> Result<bool> {
-        if self.driver.can_map(base, PageSize::M2).is_err() {
-            return Ok(false);
-        }
-        let end = base + PageSize::M2.bytes();
         let mut huge = false;
-        let mut small = Vec::with_capacity(512);
         self.api(asid, Func::Iterate, |d, s, env| {
             d.for_each(s, base, end, env, &mut |o| {
                 if o.size == PageSize::K4 {
@@ -116,6 +100,16 @@ impl<D: Driver> Os<D> {
                 }
             })
         });
+        (small, huge)
+    }
+
+    /// Tries to collapse the 2 MiB region at `base` into one THP.
+    pub(super) fn collapse(&mut self, asid: u16, base: u64) -> Result<bool> {
+        if self.driver.can_map(base, PageSize::M2).is_err() {
+            return Ok(false);
+        }
+        let end = base + PageSize::M2.bytes();
+        let (mut small, huge) = self.small_pages(asid, base, end);
         if huge || small.is_empty() || 512 - small.len() as u32 > self.cfg.khugepaged.max_ptes_none {
             return Ok(false);
         }
@@ -126,7 +120,7 @@ impl<D: Driver> Os<D> {
                 None if self.cfg.compaction.khugepaged => match self.compact_2m()? {
                     Some(pfn) => {
                         // Compaction may have moved some of this region's own pages.
-                        small = self.small_pages(asid, base, end);
+                        small = self.small_pages(asid, base, end).0;
                         pfn.addr()
                     }
                     None => {
