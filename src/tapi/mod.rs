@@ -12,7 +12,7 @@
 //!   memory-side translation for accelerators ([`memside`]).
 //!
 //! This layer sits just above [`crate::addr`]: it names no concrete design, no OS internals
-//! and no simulator type (`tests/layers.rs` enforces the import order of DESIGN.md).
+//! and no simulator type (`tests/it/layers.rs` enforces the import order of DESIGN.md).
 
 pub mod cost;
 pub mod driver;

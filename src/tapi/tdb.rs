@@ -5,7 +5,7 @@
 //!   destruction) must be implemented.
 //! - *Customizable* functions ([`Tdb::for_each`], [`Tdb::range_is_empty`], ...) have generic
 //!   defaults built on the basic ones. A driver overrides one only to be faster, never to change
-//!   what it returns: `tests/conformance.rs` runs both paths of every driver and compares them.
+//!   what it returns: `tests/it/conformance.rs` runs both paths of every driver and compares them.
 //! - Every function reports the work it did (entries read and written, hashes computed) through
 //!   [`TdbEnv`], so the OS cost of a design is measured from what its driver did, not assumed.
 //!   The OS charges each call to a [`Func`] (`OsCost::enter`) before calling; drivers only count

@@ -1,7 +1,7 @@
 //! FPT under the simulated OS: huge-page rules through the fault path, 1 GiB pages end to end, and
 //! the radix-vs-FPT comparison EMT reports (fewer serial walk steps, similar page-fault work).
 
-mod common;
+use crate::common;
 use common::*;
 use std::process::Command;
 use xlate::addr::PageSize;

@@ -2,7 +2,7 @@
 //! equals the OS's and every frame lies in its virtual address's partition) over the index
 //! traversals, threads, a multiprogrammed mix and memory pressure; and the headline direction.
 
-mod common;
+use crate::common;
 use common::*;
 
 /// Accelerator designs and the settings that scale them to the 2 GiB test machine.

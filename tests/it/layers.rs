@@ -85,7 +85,7 @@ fn imports_run_downward_only() {
             continue; // the crate root and the binary sit above every layer
         }
         let Some(own) = rank(&top) else {
-            bad.push(format!("{}: module `{top}` is in no layer of tests/layers.rs", rel.display()));
+            bad.push(format!("{}: module `{top}` is in no layer of tests/it/layers.rs", rel.display()));
             continue;
         };
         *seen.entry(top.clone()).or_insert(0) += 1;

@@ -1,6 +1,6 @@
 //! Multi-core machines, threads sharing an address space, processes time-sharing a core.
 
-mod common;
+use crate::common;
 use common::*;
 use xlate::arch;
 use xlate::config::Layers;

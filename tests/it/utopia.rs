@@ -1,7 +1,7 @@
 //! Utopia on scaled workloads: RestSeg walks replace most FlexSeg walks; restrictive-only swaps
 //! where a flexible mapping does not.
 
-mod common;
+use crate::common;
 use common::*;
 
 const GUPS: &[&str] =

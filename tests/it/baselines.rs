@@ -2,7 +2,7 @@
 //! are exercised (hits and misses), the OS paths that change translations under them (khugepaged
 //! collapse, munmap) keep them coherent, and on scaled GUPS they order as they should.
 
-mod common;
+use crate::common;
 use common::*;
 use xlate::addr::PageSize;
 use xlate::arch::{lookup, pomtlb::PomTlb, rmm::Rmm, Registered};

@@ -1,6 +1,6 @@
 //! The foundation's expected findings, on scaled-down defaults.
 
-mod common;
+use crate::common;
 use common::*;
 
 fn gups(design: &str) -> xlate::sim::RunOutput {

@@ -3,7 +3,7 @@
 //! (each walk and TLB hit compared with the composition of the guest's and the host's ground
 //! truth, gVA → gPA → hPA).
 
-mod common;
+use crate::common;
 use common::*;
 use xlate::addr::PageSize;
 use xlate::arch;

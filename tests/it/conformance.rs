@@ -16,7 +16,7 @@
 //! A driver registered in `arch::DRIVERS` but not listed here fails `every_registered_driver_is_covered`
 //! and `every_design_maps_and_walks_8_mib`.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use xlate::addr::PageSize;

@@ -2,7 +2,7 @@
 //! frame and each TLB hit is compared with the OS's ground truth (a violation fails the run), so
 //! a design passes only if its translation structures agree with the OS on every access.
 
-mod common;
+use crate::common;
 use common::*;
 
 const WORKLOADS: &[(&str, &[&str])] = &[

@@ -1,6 +1,6 @@
 //! ECPT end to end: table maintenance under checked mode, and the walk shape against radix.
 
-mod common;
+use crate::common;
 use common::*;
 
 fn driver_u64(r: &xlate::sim::RunOutput, key: &str) -> u64 {
