@@ -206,6 +206,8 @@ impl Config {
         }
         self.mmu.validate()?;
         self.mem.validate("mem")?;
+        // Every physical address the caches see is below the guest's or the hypervisor's memory.
+        self.mem.check_reach("mem", self.os.memory.max(self.host.os.memory))?;
         self.os.validate()?;
         self.arch.validate()?;
         if self.accel.enabled {

@@ -29,6 +29,43 @@ pub enum Replacement {
 /// (line numbers, virtual page numbers) never reach `u64::MAX`.
 pub const INVALID_TAG: u64 = u64::MAX;
 
+/// The type a [`SetAssoc`] stores its tags in: `u64` for any tag, `u32` where the owner can
+/// narrow its tags (a cache of physical lines stores `line >> set bits`), which halves the host
+/// memory a set's tags take, so a 16-way set's tags fill one host cache line
+/// (docs/performance.md, "Narrow cache tags").
+pub trait Tag: Copy + Eq + fmt::Debug + fmt::LowerHex + bytemuck::Pod + 'static {
+    /// The reserved "invalid way" value (all ones); never a real tag.
+    const INVALID: Self;
+    /// `x` as a tag, if it fits and is not [`Tag::INVALID`].
+    fn narrow(x: u64) -> Option<Self>;
+    /// The tag's value.
+    fn widen(self) -> u64;
+}
+
+impl Tag for u64 {
+    const INVALID: Self = u64::MAX;
+    #[inline(always)]
+    fn narrow(x: u64) -> Option<Self> {
+        (x != Self::INVALID).then_some(x)
+    }
+    #[inline(always)]
+    fn widen(self) -> u64 {
+        self
+    }
+}
+
+impl Tag for u32 {
+    const INVALID: Self = u32::MAX;
+    #[inline(always)]
+    fn narrow(x: u64) -> Option<Self> {
+        (x < u64::from(Self::INVALID)).then_some(x as u32)
+    }
+    #[inline(always)]
+    fn widen(self) -> u64 {
+        u64::from(self)
+    }
+}
+
 /// Largest 2-bit RRPV: "distant re-reference", the only value that can be evicted.
 const RRPV_DISTANT: u16 = 3;
 /// RRPV given to a fill: "long re-reference" (Jaleel et al. ISCA'10: SRRIP inserts at 2^M - 2, here M = 2).
@@ -81,15 +118,17 @@ fn max_key(meta: &[u16]) -> i32 {
 
 /// A set-associative array of tags with LRU or SRRIP replacement.
 ///
-/// Host layout (docs/performance.md): a set's tags are `ways` consecutive `u64`s followed by its
+/// Host layout (docs/performance.md): a set's tags are `ways` consecutive `T`s followed by its
 /// replacement state, `ways` `u16`s, so a 16-way set's state is 32 bytes next to its tags and a
 /// miss's victim search is a few vector instructions.
 #[derive(Clone)]
-pub struct SetAssoc {
+pub struct SetAssoc<T: Tag = u64> {
     sets: usize,
     ways: usize,
     policy: Replacement,
-    /// Words per set: `ways` tags, then the `ways` `u16` replacement states packed four to a word.
+    /// Words per set holding its tags (`ways` `T`s, rounded up to whole words).
+    tag_words: usize,
+    /// Words per set: `tag_words`, then the `ways` `u16` replacement states packed four to a word.
     stride: usize,
     /// Set-major; each set is `stride` words: its tags ([`INVALID_TAG`] in empty ways), then its
     /// replacement state. Keeping them adjacent means a miss, which reads both, touches one
@@ -101,25 +140,27 @@ pub struct SetAssoc {
     /// the same order as timestamps but fit 16 bits, and a hit on the most recent way changes
     /// nothing. SRRIP: the RRPV 0..=3 ([`RRPV_DISTANT`] in invalid ways).
     data: Vec<u64>,
+    tag: std::marker::PhantomData<T>,
 }
 
-impl fmt::Debug for SetAssoc {
+impl<T: Tag> fmt::Debug for SetAssoc<T> {
     // The tag arrays can hold millions of entries; print the shape, not the contents.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SetAssoc").field("sets", &self.sets).field("ways", &self.ways).field("policy", &self.policy).finish()
     }
 }
 
-impl SetAssoc {
+impl<T: Tag> SetAssoc<T> {
     /// An empty store of `sets` × `ways`. `sets` should be a power of two so callers can index by masking
     /// (the caller validates its config; this type works with any `sets >= 1`). Panics if `ways` or `sets`
     /// is 0 or `ways` exceeds [`MAX_WAYS`] (configs check with [`check_ways`]).
     pub fn new(sets: usize, ways: usize, policy: Replacement) -> Self {
         assert!(sets >= 1 && ways >= 1, "a set-associative store needs at least one set and one way (got {sets} × {ways})");
         assert!(ways <= MAX_WAYS as usize, "{ways} ways exceed the {MAX_WAYS} supported");
-        let stride = ways + ways.div_ceil(4);
+        let tag_words = (ways * std::mem::size_of::<T>()).div_ceil(8);
+        let stride = tag_words + ways.div_ceil(4);
         let n = sets.checked_mul(stride).expect("sets × ways overflows usize");
-        let mut s = SetAssoc { sets, ways, policy, stride, data: vec![0; n] };
+        let mut s = SetAssoc { sets, ways, policy, tag_words, stride, data: vec![0; n], tag: std::marker::PhantomData };
         s.clear();
         s
     }
@@ -159,15 +200,17 @@ impl SetAssoc {
 
     /// The tags of `set`.
     #[inline(always)]
-    fn set_tags(&self, set: usize) -> &[u64] {
+    fn set_tags(&self, set: usize) -> &[T] {
         let b = set * self.stride;
-        &self.data[b..b + self.ways]
+        &bytemuck::cast_slice::<u64, T>(&self.data[b..b + self.tag_words])[..self.ways]
     }
 
-    /// Index of (`set`, `way`)'s tag in `data`.
+    /// The tags of `set`, mutably.
     #[inline(always)]
-    fn at(&self, set: usize, way: usize) -> usize {
-        set * self.stride + way
+    fn set_tags_mut(&mut self, set: usize) -> &mut [T] {
+        let b = set * self.stride;
+        let ways = self.ways;
+        &mut bytemuck::cast_slice_mut::<u64, T>(&mut self.data[b..b + self.tag_words])[..ways]
     }
 
     /// The replacement state of `set`.
@@ -175,14 +218,14 @@ impl SetAssoc {
     fn set_meta(&mut self, set: usize) -> &mut [u16] {
         let b = set * self.stride;
         let ways = self.ways;
-        &mut bytemuck::cast_slice_mut::<u64, u16>(&mut self.data[b + ways..b + self.stride])[..ways]
+        &mut bytemuck::cast_slice_mut::<u64, u16>(&mut self.data[b + self.tag_words..b + self.stride])[..ways]
     }
 
     /// The way of `set` holding `tag` (the lowest, for [`INVALID_TAG`]). The scan compares every
     /// way into a bit mask instead of stopping at the match: an early exit mispredicts on the
     /// hit's way, which is random (docs/performance.md, "Branch-free set search").
     #[inline(always)]
-    fn find(&self, set: usize, tag: u64) -> Option<usize> {
+    fn find(&self, set: usize, tag: T) -> Option<usize> {
         let tags = self.set_tags(set);
         if tags.len() > 64 {
             return tags.iter().position(|&t| t == tag);
@@ -219,8 +262,8 @@ impl SetAssoc {
     /// Looks `tag` up in `set`. On a hit returns the way and updates the replacement state as a use
     /// (LRU: most recently used; SRRIP: RRPV 0).
     #[inline]
-    pub fn lookup(&mut self, set: usize, tag: u64) -> Option<usize> {
-        debug_assert!(tag != INVALID_TAG, "INVALID_TAG is reserved");
+    pub fn lookup(&mut self, set: usize, tag: T) -> Option<usize> {
+        debug_assert!(tag != T::INVALID, "the invalid tag is reserved");
         let way = self.find(set, tag)?;
         self.touch_at(set, way);
         Some(way)
@@ -229,7 +272,7 @@ impl SetAssoc {
     /// Like [`SetAssoc::lookup`] but changes nothing: for checks, invalidations and side lookups that
     /// must not disturb replacement.
     #[inline]
-    pub fn probe(&self, set: usize, tag: u64) -> Option<usize> {
+    pub fn probe(&self, set: usize, tag: T) -> Option<usize> {
         self.find(set, tag)
     }
 
@@ -238,7 +281,7 @@ impl SetAssoc {
     /// counts).
     #[inline]
     pub fn touch(&mut self, set: usize, way: usize) {
-        debug_assert!(self.data[self.at(set, way)] != INVALID_TAG, "touching an invalid way");
+        debug_assert!(self.set_tags(set)[way] != T::INVALID, "touching an invalid way");
         self.touch_at(set, way);
     }
 
@@ -249,7 +292,7 @@ impl SetAssoc {
     /// used way, and SRRIP the lowest-index way with RRPV 3, after ageing every way of the set (adding 1 to
     /// all RRPVs) as many times as needed to produce one. The new tag is LRU-most-recent, or SRRIP RRPV 2.
     #[inline]
-    pub fn insert(&mut self, set: usize, tag: u64) -> (usize, Option<u64>) {
+    pub fn insert(&mut self, set: usize, tag: T) -> (usize, Option<T>) {
         debug_assert!(self.probe(set, tag).is_none(), "tag {tag:#x} inserted twice in set {set}");
         let way = self.victim(set);
         (way, self.insert_at(set, way, tag))
@@ -266,25 +309,24 @@ impl SetAssoc {
     /// 2); returns the tag it replaced, if valid. The caller guarantees `tag` is not elsewhere in
     /// the set.
     #[inline]
-    pub fn insert_at(&mut self, set: usize, way: usize, tag: u64) -> Option<u64> {
-        debug_assert!(tag != INVALID_TAG, "INVALID_TAG is reserved");
+    pub fn insert_at(&mut self, set: usize, way: usize, tag: T) -> Option<T> {
+        debug_assert!(tag != T::INVALID, "the invalid tag is reserved");
         debug_assert!(self.probe(set, tag).is_none_or(|w| w == way), "tag {tag:#x} inserted twice in set {set}");
-        let i = self.at(set, way);
-        let old = std::mem::replace(&mut self.data[i], tag);
+        let old = std::mem::replace(&mut self.set_tags_mut(set)[way], tag);
         let policy = self.policy;
         let meta = self.set_meta(set);
         match policy {
             Replacement::Lru => Self::promote(meta, way),
             Replacement::Srrip => meta[way] = RRPV_LONG,
         }
-        (old != INVALID_TAG).then_some(old)
+        (old != T::INVALID).then_some(old)
     }
 
     /// Chooses the way to fill in `set` (and ages SRRIP state if needed).
     #[inline]
     fn victim(&mut self, set: usize) -> usize {
         if self.policy == Replacement::Srrip {
-            if let Some(w) = self.find(set, INVALID_TAG) {
+            if let Some(w) = self.find(set, T::INVALID) {
                 return w;
             }
         }
@@ -304,7 +346,7 @@ impl SetAssoc {
     }
 
     /// Removes `tag` from `set` if present; returns whether it was.
-    pub fn invalidate(&mut self, set: usize, tag: u64) -> bool {
+    pub fn invalidate(&mut self, set: usize, tag: T) -> bool {
         match self.probe(set, tag) {
             Some(way) => {
                 self.invalidate_way(set, way);
@@ -317,10 +359,9 @@ impl SetAssoc {
     /// Empties (`set`, `way`); returns the tag it held, if it was valid. Lets callers that keep payload
     /// per slot (dirty bits, counters) read it before dropping the entry.
     #[inline]
-    pub fn invalidate_way(&mut self, set: usize, way: usize) -> Option<u64> {
-        let i = self.at(set, way);
-        let old = std::mem::replace(&mut self.data[i], INVALID_TAG);
-        if old == INVALID_TAG {
+    pub fn invalidate_way(&mut self, set: usize, way: usize) -> Option<T> {
+        let old = std::mem::replace(&mut self.set_tags_mut(set)[way], T::INVALID);
+        if old == T::INVALID {
             return None;
         }
         let empty = self.empty_meta(way);
@@ -337,12 +378,12 @@ impl SetAssoc {
 
     /// Removes every valid tag for which `pred` returns true, scanning the whole store (shootdowns,
     /// flushes by ASID or range). Returns how many were removed.
-    pub fn invalidate_if(&mut self, mut pred: impl FnMut(u64) -> bool) -> usize {
+    pub fn invalidate_if(&mut self, mut pred: impl FnMut(T) -> bool) -> usize {
         let mut n = 0;
         for set in 0..self.sets {
             for way in 0..self.ways {
-                let t = self.data[self.at(set, way)];
-                if t != INVALID_TAG && pred(t) {
+                let t = self.set_tags(set)[way];
+                if t != T::INVALID && pred(t) {
                     self.invalidate_way(set, way);
                     n += 1;
                 }
@@ -355,8 +396,7 @@ impl SetAssoc {
     pub fn clear(&mut self) {
         let empty: Vec<u16> = (0..self.ways).map(|w| self.empty_meta(w)).collect();
         for set in 0..self.sets {
-            let b = set * self.stride;
-            self.data[b..b + self.ways].fill(INVALID_TAG);
+            self.set_tags_mut(set).fill(T::INVALID);
             self.set_meta(set).copy_from_slice(&empty);
         }
     }
@@ -372,9 +412,9 @@ impl SetAssoc {
 
     /// The tag held by (`set`, `way`), if valid.
     #[inline]
-    pub fn tag_at(&self, set: usize, way: usize) -> Option<u64> {
-        let t = self.data[self.at(set, way)];
-        (t != INVALID_TAG).then_some(t)
+    pub fn tag_at(&self, set: usize, way: usize) -> Option<T> {
+        let t = self.set_tags(set)[way];
+        (t != T::INVALID).then_some(t)
     }
 }
 

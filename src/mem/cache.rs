@@ -4,10 +4,14 @@
 //! data/translation, and keeps the counts of valid and translation-tagged lines up to date on every
 //! fill and eviction, so the epoch sampler reads them in O(1) instead of scanning.
 //!
-//! The line number (`paddr >> 6`) is stored whole as the tag. The set bits are redundant in the tag,
-//! but an evicted tag then *is* the line to write back, with no reconstruction.
+//! The tag stored for a line (`paddr >> 6`) is the line without its set bits (`line >> set bits`),
+//! and an evicted line is rebuilt from its tag and set. The hierarchy's caches store it in a `u32`
+//! ([`Cache`]'s default), which addresses 2^32 × sets lines (a 64-set L1: 16 TiB of physical
+//! memory; [`Cache::check_reach`] refuses a machine beyond that) and puts a 16-way set's tags in
+//! one host cache line; caches of other line numbers (an accelerator's virtual lines carry the
+//! ASID in bits 48 and up) use `Cache<u64>`.
 
-use super::assoc::{check_ways, Replacement, SetAssoc, INVALID_TAG};
+use super::assoc::{check_ways, Replacement, SetAssoc, Tag, INVALID_TAG};
 use crate::addr::LINE_BYTES;
 use crate::error::{Error, Result};
 
@@ -118,13 +122,15 @@ const DIRTY: u8 = 1;
 /// Line flag: filled by a translation-structure reference.
 const TRANSLATION: u8 = 2;
 
-/// One cache level. See the module doc.
+/// One cache level, storing tags as `T` (module doc).
 #[derive(Clone, Debug)]
-pub struct Cache {
-    tags: SetAssoc,
+pub struct Cache<T: Tag = u32> {
+    tags: SetAssoc<T>,
     /// `DIRTY | TRANSLATION` per slot, parallel to the tag array.
     flags: Vec<u8>,
     set_mask: u64,
+    /// log2(sets): a line's tag is `line >> set_bits`.
+    set_bits: u32,
     /// LRU caches only: the line last hit or filled and its slot ([`INVALID_TAG`] if none or
     /// SRRIP). It is the most recent line of its set, so hitting it again changes no replacement
     /// state and [`Cache::lookup`] counts it without searching (exact; a sequential workload
@@ -142,7 +148,28 @@ pub struct Cache {
     writebacks: u64,
 }
 
-impl Cache {
+impl Cache<u32> {
+    /// Refuses a cache whose `u32` tags cannot address every line of `memory` bytes of physical
+    /// memory (`key` names the cache's config table in the error).
+    pub fn check_reach(cfg: &CacheConfig, key: &str, memory: u64) -> Result<()> {
+        let lines = memory.div_ceil(LINE_BYTES);
+        let reach = u64::from(u32::MAX).saturating_mul(cfg.sets());
+        if lines > reach {
+            return Err(Error::config(
+                key.to_string(),
+                format!(
+                    "its {} sets address at most {} of physical memory with the simulator's 32-bit cache tags; the machine has {}",
+                    cfg.sets(),
+                    crate::addr::fmt_bytes(reach.saturating_mul(LINE_BYTES)),
+                    crate::addr::fmt_bytes(memory)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<T: Tag> Cache<T> {
     /// An empty cache. `cfg` must have passed [`CacheConfig::validate`] (panics on a zero geometry).
     pub fn new(cfg: &CacheConfig) -> Self {
         let sets = cfg.sets() as usize;
@@ -152,6 +179,7 @@ impl Cache {
             tags: SetAssoc::new(sets, ways, cfg.policy),
             flags: vec![0; sets * ways],
             set_mask: sets as u64 - 1,
+            set_bits: sets.trailing_zeros(),
             mru: INVALID_TAG,
             mru_slot: 0,
             lru: cfg.policy == Replacement::Lru,
@@ -180,6 +208,22 @@ impl Cache {
         (line & self.set_mask) as usize
     }
 
+    /// The tag stored for `line`. A line beyond the tags' reach is a bug of the caller (the
+    /// hierarchy's config is checked by [`Cache::check_reach`]); it must not alias another line.
+    #[inline(always)]
+    fn tag_of(&self, line: u64) -> T {
+        match T::narrow(line >> self.set_bits) {
+            Some(t) => t,
+            None => panic!("line {line:#x} is beyond this cache's tag reach"),
+        }
+    }
+
+    /// The line that `tag` stands for in `set`.
+    #[inline(always)]
+    fn line_of(&self, set: usize, tag: T) -> u64 {
+        tag.widen() << self.set_bits | set as u64
+    }
+
     /// Demand access to `line` (`paddr >> 6`): looks it up and, on a miss, fills it (the caller fetches
     /// it from below). A write marks the line dirty. A fill tags the line as translation or data by
     /// `translation`; a hit leaves the tag as it was.
@@ -205,7 +249,7 @@ impl Cache {
             return true;
         }
         let set = self.set_of(line);
-        match self.tags.lookup(set, line) {
+        match self.tags.lookup(set, self.tag_of(line)) {
             Some(way) => {
                 self.hits[t] += 1;
                 let slot = self.tags.slot(set, way);
@@ -232,7 +276,7 @@ impl Cache {
     #[inline]
     pub fn fill(&mut self, line: u64, translation: bool, dirty: bool) -> Option<Writeback> {
         let set = self.set_of(line);
-        let (way, evicted) = self.tags.insert(set, line);
+        let (way, evicted) = self.tags.insert(set, self.tag_of(line));
         let slot = self.tags.slot(set, way);
         self.note_mru(line, slot);
         let mut writeback = None;
@@ -242,7 +286,7 @@ impl Cache {
                 self.translation -= u64::from(f & TRANSLATION != 0);
                 if f & DIRTY != 0 {
                     self.writebacks += 1;
-                    writeback = Some(Writeback { line: old, translation: f & TRANSLATION != 0 });
+                    writeback = Some(Writeback { line: self.line_of(set, old), translation: f & TRANSLATION != 0 });
                 }
             }
             None => self.valid += 1,
@@ -259,7 +303,7 @@ impl Cache {
     #[inline]
     pub fn writeback(&mut self, line: u64, translation: bool) -> Option<Writeback> {
         let set = self.set_of(line);
-        match self.tags.lookup(set, line) {
+        match self.tags.lookup(set, self.tag_of(line)) {
             Some(way) => {
                 let slot = self.tags.slot(set, way);
                 self.note_mru(line, slot);
@@ -283,7 +327,7 @@ impl Cache {
     /// page migration, whose copy of the page is charged by the caller.
     pub fn invalidate(&mut self, line: u64) {
         let set = self.set_of(line);
-        if let Some(way) = self.tags.probe(set, line) {
+        if let Some(way) = self.tags.probe(set, self.tag_of(line)) {
             self.forget_slot(self.tags.slot(set, way));
             self.tags.invalidate_way(set, way);
         }
@@ -298,7 +342,7 @@ impl Cache {
         if n <= self.tags.sets() as u64 {
             for line in first_line..end_line {
                 let set = self.set_of(line);
-                if let Some(way) = self.tags.probe(set, line) {
+                if let Some(way) = self.tags.probe(set, self.tag_of(line)) {
                     self.forget_slot(self.tags.slot(set, way));
                     self.tags.invalidate_way(set, way);
                     removed += 1;
@@ -308,7 +352,7 @@ impl Cache {
             for set in 0..self.tags.sets() {
                 for way in 0..self.tags.ways() {
                     if let Some(tag) = self.tags.tag_at(set, way) {
-                        if (first_line..end_line).contains(&tag) {
+                        if (first_line..end_line).contains(&self.line_of(set, tag)) {
                             self.forget_slot(self.tags.slot(set, way));
                             self.tags.invalidate_way(set, way);
                             removed += 1;
@@ -328,7 +372,7 @@ impl Cache {
 
     /// Whether `line` is present (no state change).
     pub fn contains(&self, line: u64) -> bool {
-        self.tags.probe(self.set_of(line), line).is_some()
+        self.tags.probe(self.set_of(line), self.tag_of(line)).is_some()
     }
 
     /// Valid lines filled by translation references.
@@ -391,6 +435,34 @@ mod tests {
         assert!(!c.access(4, false, false).hit, "an invalidated line must not re-hit");
         assert_eq!(c.stats().data_hits, 2);
         assert_eq!(c.stats().data_accesses, 6);
+    }
+
+    /// Narrow tags drop the set bits; an evicted line comes back whole, high bits included, and a
+    /// `u64` cache of the same geometry behaves identically.
+    #[test]
+    fn narrow_tags_rebuild_evicted_lines() {
+        let cfg = CacheConfig { size: 256, ways: 2, latency: 3, policy: Replacement::Lru };
+        let mut wide: Cache<u64> = Cache::new(&cfg);
+        let mut narrow = tiny();
+        let high = (1u64 << 32) + 6; // set 0, tag above 2^31
+        let mut evicted = Vec::new();
+        for (line, write) in [(high, true), (2, false), (high + 2, false), (4, false)] {
+            let r = narrow.access(line, false, write);
+            assert_eq!(r, wide.access(line, false, write));
+            evicted.extend(r.writeback.map(|w| w.line));
+        }
+        assert_eq!(evicted, [high], "the dirty high line is written back whole");
+        assert!(!narrow.contains(high) && narrow.contains(high + 2));
+        assert_eq!(narrow.invalidate_range(high, high + 4), 1);
+    }
+
+    #[test]
+    fn narrow_tags_refuse_memory_beyond_their_reach() {
+        // One set of 4 ways: 2^32 - 1 lines, just under 256 GiB.
+        let cfg = CacheConfig { size: 256, ways: 4, latency: 1, policy: Replacement::Lru };
+        assert!(Cache::check_reach(&cfg, "mem.l1d", 128 << 30).is_ok());
+        let e = Cache::check_reach(&cfg, "mem.l1d", 512 << 30).unwrap_err().to_string();
+        assert!(e.contains("mem.l1d") && e.contains("512 GiB"), "{e}");
     }
 
     #[test]
@@ -463,7 +535,7 @@ mod tests {
     fn invalidate_range_both_paths() {
         let cfg = CacheConfig { size: 64 * 4 * 8, ways: 4, latency: 1, policy: Replacement::Srrip };
         cfg.validate("t").unwrap();
-        let mut a = Cache::new(&cfg);
+        let mut a: Cache = Cache::new(&cfg);
         for l in 0..32 {
             a.access(l, l % 3 == 0, false);
         }

@@ -101,6 +101,15 @@ impl MemConfig {
         self.dram.validate(&format!("{key}.dram"))
     }
 
+    /// Refuses levels whose narrow tags cannot address `memory` bytes of physical memory
+    /// ([`Cache::check_reach`]).
+    pub fn check_reach(&self, key: &str, memory: u64) -> Result<()> {
+        for (name, c) in [("l1d", &self.l1d), ("l2", &self.l2), ("llc", &self.llc)] {
+            Cache::check_reach(c, &format!("{key}.{name}"), memory)?;
+        }
+        Ok(())
+    }
+
     /// Number of LLC slices for `cores` cores.
     pub fn llc_slices(&self, cores: usize) -> usize {
         if self.llc_per_core {

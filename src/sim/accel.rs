@@ -121,7 +121,7 @@ enum Flow {
 
 struct Agent {
     socket: u32,
-    cache: Option<Cache>,
+    cache: Option<Cache<u64>>,
     tlb: Option<Tlb>,
     streams: Vec<usize>,
     cur: usize,
