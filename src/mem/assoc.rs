@@ -40,6 +40,61 @@ pub trait Tag: Copy + Eq + fmt::Debug + fmt::LowerHex + bytemuck::Pod + 'static 
     fn narrow(x: u64) -> Option<Self>;
     /// The tag's value.
     fn widen(self) -> u64;
+    /// Bit `w` set where `tags[w] == tag`, for at most 64 tags. Compares every way (no early
+    /// exit: the matching way is random, so an exit mispredicts; docs/performance.md,
+    /// "Branch-free set search").
+    fn match_mask(tags: &[Self], tag: Self) -> u64;
+}
+
+/// [`Tag::match_mask`] without vector instructions (other targets, and the last few tags of a
+/// set whose width is not a multiple of the vector's).
+#[inline(always)]
+fn match_mask_scalar<T: Tag>(tags: &[T], tag: T, first_way: usize) -> u64 {
+    tags.iter().enumerate().fold(0u64, |m, (w, &t)| m | (u64::from(t == tag) << (first_way + w)))
+}
+
+/// SSE2 compares of 16 bytes of tags at a time (4 `u32`s or 2 `u64`s), one movemask each: a
+/// 16-way set of `u32` tags is 4 compares. SSE2 has no 64-bit compare, so a `u64` lane matches
+/// where both of its 32-bit halves do.
+#[cfg(target_arch = "x86_64")]
+mod sse2 {
+    use super::{match_mask_scalar, Tag};
+    use std::arch::x86_64::*;
+
+    /// The mask of `tags` from `chunk`'s masks of 16-byte chunks (`lanes` tags each), the
+    /// remainder compared one by one.
+    #[inline(always)]
+    fn by_chunks<T: Tag>(tags: &[T], tag: T, lanes: usize, chunk: impl Fn(__m128i) -> u64) -> u64 {
+        let chunks = tags.chunks_exact(lanes);
+        let rest = chunks.remainder();
+        let mut m = 0u64;
+        for (c, q) in chunks.enumerate() {
+            // SAFETY: SSE2 is part of the x86_64 baseline, so the load exists on every x86_64
+            // host; `q` is one chunk of `lanes` tags, exactly the 16 bytes read. Checked against
+            // the scalar version by `mem::assoc::tests::vector_match_equals_scalar`.
+            let v = unsafe { _mm_loadu_si128(q.as_ptr().cast()) };
+            m |= chunk(v) << (lanes * c);
+        }
+        m | match_mask_scalar(rest, tag, tags.len() - rest.len())
+    }
+
+    #[inline(always)]
+    pub(super) fn mask_u32(tags: &[u32], tag: u32) -> u64 {
+        // SAFETY (both blocks): SSE2 register operations, baseline on x86_64.
+        let t = unsafe { _mm_set1_epi32(tag as i32) };
+        by_chunks(tags, tag, 4, |v| unsafe { _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(v, t))) as u64 })
+    }
+
+    #[inline(always)]
+    pub(super) fn mask_u64(tags: &[u64], tag: u64) -> u64 {
+        // SAFETY (both blocks): SSE2 register operations, baseline on x86_64.
+        let t = unsafe { _mm_set1_epi64x(tag as i64) };
+        by_chunks(tags, tag, 2, |v| unsafe {
+            let halves = _mm_cmpeq_epi32(v, t);
+            let both = _mm_and_si128(halves, _mm_shuffle_epi32::<0b10_11_00_01>(halves));
+            _mm_movemask_pd(_mm_castsi128_pd(both)) as u64
+        })
+    }
 }
 
 impl Tag for u64 {
@@ -51,6 +106,13 @@ impl Tag for u64 {
     #[inline(always)]
     fn widen(self) -> u64 {
         self
+    }
+    #[inline(always)]
+    fn match_mask(tags: &[Self], tag: Self) -> u64 {
+        #[cfg(target_arch = "x86_64")]
+        return sse2::mask_u64(tags, tag);
+        #[cfg(not(target_arch = "x86_64"))]
+        return match_mask_scalar(tags, tag, 0);
     }
 }
 
@@ -64,10 +126,20 @@ impl Tag for u32 {
     fn widen(self) -> u64 {
         u64::from(self)
     }
+    #[inline(always)]
+    fn match_mask(tags: &[Self], tag: Self) -> u64 {
+        #[cfg(target_arch = "x86_64")]
+        return sse2::mask_u32(tags, tag);
+        #[cfg(not(target_arch = "x86_64"))]
+        return match_mask_scalar(tags, tag, 0);
+    }
 }
 
 /// Largest 2-bit RRPV: "distant re-reference", the only value that can be evicted.
 const RRPV_DISTANT: u16 = 3;
+/// SRRIP state of an invalid way: above every RRPV, so the victim search (largest state, lowest
+/// way among equals) takes the lowest-index invalid way first without a scan of the tags.
+const RRPV_INVALID: u16 = RRPV_DISTANT + 1;
 /// RRPV given to a fill: "long re-reference" (Jaleel et al. ISCA'10: SRRIP inserts at 2^M - 2, here M = 2).
 const RRPV_LONG: u16 = 2;
 
@@ -138,7 +210,7 @@ pub struct SetAssoc<T: Tag = u64> {
     /// LRU: the recency rank of each valid way (0 = most recently used; the valid ways of a set hold
     /// 0..valid-1, each once) and `INVALID_RANK + (ways - 1 - way)` for an invalid way. Ranks give
     /// the same order as timestamps but fit 16 bits, and a hit on the most recent way changes
-    /// nothing. SRRIP: the RRPV 0..=3 ([`RRPV_DISTANT`] in invalid ways).
+    /// nothing. SRRIP: the RRPV 0..=3 ([`RRPV_INVALID`] in invalid ways).
     data: Vec<u64>,
     tag: std::marker::PhantomData<T>,
 }
@@ -170,7 +242,7 @@ impl<T: Tag> SetAssoc<T> {
     fn empty_meta(&self, way: usize) -> u16 {
         match self.policy {
             Replacement::Lru => INVALID_RANK + (self.ways - 1 - way) as u16,
-            Replacement::Srrip => RRPV_DISTANT,
+            Replacement::Srrip => RRPV_INVALID,
         }
     }
 
@@ -230,7 +302,7 @@ impl<T: Tag> SetAssoc<T> {
         if tags.len() > 64 {
             return tags.iter().position(|&t| t == tag);
         }
-        let hits = tags.iter().enumerate().fold(0u64, |m, (w, &t)| m | (u64::from(t == tag) << w));
+        let hits = T::match_mask(tags, tag);
         (hits != 0).then(|| hits.trailing_zeros() as usize)
     }
 
@@ -325,17 +397,13 @@ impl<T: Tag> SetAssoc<T> {
     /// Chooses the way to fill in `set` (and ages SRRIP state if needed).
     #[inline]
     fn victim(&mut self, set: usize) -> usize {
-        if self.policy == Replacement::Srrip {
-            if let Some(w) = self.find(set, T::INVALID) {
-                return w;
-            }
-        }
         let policy = self.policy;
         let meta = self.set_meta(set);
-        // LRU: the largest state is the lowest-index invalid way if any, else the least recently
-        // used (rank valid - 1); values are distinct. SRRIP: "increment all RRPVs and retry until
-        // some way reaches 3" ends after (3 - max) rounds with the first way holding the maximum
-        // as victim; do those rounds in one pass. Both are one max over (state, lowest way) keys.
+        // Both policies give invalid ways the largest states, so the lowest-index invalid way
+        // wins if there is one. LRU: else the least recently used (rank valid - 1); values are
+        // distinct. SRRIP: else "increment all RRPVs and retry until some way reaches 3" ends
+        // after (3 - max) rounds with the first way holding the maximum as victim; do those rounds
+        // in one pass (no way is invalid then). Both are one max over (state, lowest way) keys.
         let key = max_key(meta);
         let (max, way) = ((key >> 15) as u16, (0x7FFF - (key & 0x7FFF)) as usize);
         if policy == Replacement::Srrip && max < RRPV_DISTANT {
@@ -518,6 +586,28 @@ mod tests {
     /// Equivalence tester: the rank encoding makes exactly the choices of timestamps, way for way,
     /// over random lookups, fills and invalidations (including of invalid ways and whole-store
     /// predicates).
+    /// The SSE2 match masks equal the scalar fold for every width up to 64 ways, including `u64`
+    /// tags that share only one 32-bit half with the searched tag.
+    #[test]
+    fn vector_match_equals_scalar() {
+        let mut rng = crate::rng::Rng::new(7);
+        for len in 0..=64usize {
+            for _ in 0..50 {
+                let tag64 = rng.next_u64() | 1 << 40;
+                let pick = |r: &mut crate::rng::Rng| match r.below(4) {
+                    0 => tag64,
+                    1 => tag64 ^ 1,            // low half differs
+                    2 => tag64 ^ (1u64 << 40), // high half differs
+                    _ => r.next_u64(),
+                };
+                let t64: Vec<u64> = (0..len).map(|_| pick(&mut rng)).collect();
+                assert_eq!(u64::match_mask(&t64, tag64), match_mask_scalar(&t64, tag64, 0), "u64, {len} ways");
+                let t32: Vec<u32> = t64.iter().map(|&t| t as u32).collect();
+                assert_eq!(u32::match_mask(&t32, tag64 as u32), match_mask_scalar(&t32, tag64 as u32, 0), "u32, {len} ways");
+            }
+        }
+    }
+
     #[test]
     fn lru_ranks_match_timestamps() {
         for ways in [1, 2, 3, 4, 8, 12, 16, 48, 64, 80] {
