@@ -558,6 +558,18 @@ impl Driver for Utopia {
         }
     }
 
+    /// Host prefetch one access ahead: the FlexSeg walk's entry (radix's prefetch), which also
+    /// names the cache sets to bring in. (Prefetching each RestSeg's SF counter and TAR row as
+    /// well measured slower on bfs and no faster on GUPS: those arrays mostly sit in the host's
+    /// L2 already.)
+    #[inline]
+    fn prefetch(&self, s: &UtopiaSpace, va: u64) -> Option<u64> {
+        if !self.cfg.flexseg {
+            return None;
+        }
+        self.radix.prefetch(&s.radix, va)
+    }
+
     /// The FlexSeg walk (radix); reached only when every RSW missed.
     #[inline]
     fn walk(&mut self, s: &mut UtopiaSpace, wc: &mut UtopiaWc, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {

@@ -298,3 +298,16 @@ fn a_huge_victim_is_split_when_memory_has_no_2m_block() {
     assert_eq!(os.procs[a as usize].truth.counts()[PageSize::K4.index()], 512);
     check(&mut os);
 }
+
+/// The host prefetch names the entry the FlexSeg walk ends at, for a page the FlexSeg maps.
+#[test]
+fn prefetch_names_the_flexseg_walks_last_entry() {
+    let mut os = os_with(UtopiaConfig::default(), 2 << 30, false);
+    let a = os.spawn(false).unwrap();
+    let v = os.mmap(a, 1 << 20, MapFlags { shared: true, ..MapFlags::default() }).unwrap();
+    os.fault(a, v).unwrap();
+    let entry = os.driver.prefetch(&os.procs[a as usize].space, v + 123);
+    let (mut wc, mut plan) = (os.driver.new_walk_cache(), WalkPlan::default());
+    assert!(os.driver.walk(&mut os.procs[a as usize].space, &mut wc, a, v + 123, &mut plan).is_some());
+    assert_eq!(entry, Some(plan.refs.last().unwrap().paddr));
+}
