@@ -302,7 +302,13 @@ impl<T: Tag> SetAssoc<T> {
         if tags.len() > 64 {
             return tags.iter().position(|&t| t == tag);
         }
-        let hits = T::match_mask(tags, tag);
+        // The common widths get a fixed length, so the compares unroll with no loop.
+        let hits = match tags.len() {
+            16 => T::match_mask(<&[T; 16]>::try_from(tags).expect("16 ways"), tag),
+            8 => T::match_mask(<&[T; 8]>::try_from(tags).expect("8 ways"), tag),
+            4 => T::match_mask(<&[T; 4]>::try_from(tags).expect("4 ways"), tag),
+            _ => T::match_mask(tags, tag),
+        };
         (hits != 0).then(|| hits.trailing_zeros() as usize)
     }
 
