@@ -141,8 +141,11 @@ pub struct Nesting {
     pub host: &'static Design,
 }
 
-/// Drivers that can be a guest or a host of a 2-D walk. Utopia's RestSegs, RMM's ranges and
-/// POM-TLB are not nestable: their papers describe no nested form.
+/// Drivers that can be a guest or a host of a 2-D walk. Utopia's RestSegs and RMM's ranges are
+/// not nestable: their papers evaluate no nested form (Utopia §9 leaves it to future work).
+/// POM-TLB's paper is about virtualized systems (its entries cache guest-virtual → host-physical
+/// translations, so a hit skips the whole 2-D walk), but xlate models only the native form
+/// Utopia compares against; its nested form is not modelled (docs/virtualization.md).
 pub const NESTABLE: &[&str] = &["radix", "fpt", "ecpt", "arm64"];
 
 /// The design `guest@host`: checks both are nestable and builds the pair's entry (kept for the
