@@ -206,15 +206,16 @@ impl Config {
         }
         self.mmu.validate()?;
         self.mem.validate("mem")?;
-        // Every physical address the caches see is below the guest's or the hypervisor's memory.
-        self.mem.check_reach("mem", self.os.memory.max(self.host.os.memory))?;
         self.os.validate()?;
         self.arch.validate()?;
         if self.accel.enabled {
             self.accel.validate(self.os.memory)?;
         }
         self.host.validate()?;
-        hostmem::check(self, &v)
+        hostmem::check(self, &v)?;
+        // Every physical address the caches see is below the guest's or the hypervisor's memory
+        // (checked after the host-memory limit, which refuses absurd sizes by their own key).
+        self.mem.check_reach("mem", self.os.memory.max(self.host.os.memory))
     }
 }
 

@@ -158,9 +158,9 @@ impl Cache<u32> {
             return Err(Error::config(
                 key.to_string(),
                 format!(
-                    "its {} sets address at most {} of physical memory with the simulator's 32-bit cache tags; the machine has {}",
+                    "with {} sets the simulator's 32-bit cache tags address physical memory below {}; the machine has {}",
                     cfg.sets(),
-                    crate::addr::fmt_bytes(reach.saturating_mul(LINE_BYTES)),
+                    crate::addr::fmt_bytes((1u64 << 32).saturating_mul(cfg.sets()).saturating_mul(LINE_BYTES)),
                     crate::addr::fmt_bytes(memory)
                 ),
             ));
