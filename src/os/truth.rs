@@ -63,9 +63,7 @@ impl Truth {
     #[inline(always)]
     pub fn prefetch(&self, va: u64) {
         for s in PageSize::ALL {
-            if let Some(b) = self.maps[s.index()].home_bucket(va >> s.shift()) {
-                crate::mem::host_prefetch(b);
-            }
+            self.maps[s.index()].prefetch(va >> s.shift());
         }
     }
 
@@ -104,12 +102,13 @@ const MULT: u64 = 0x9E37_79B9_7F4A_7C15;
 /// Consecutive page numbers hashed together ([`VpnTable::home`]): 4 buckets of 16 bytes.
 const GROUP: u64 = 4;
 
-/// Virtual page number → physical base: linear probing over a power-of-two array of buckets,
-/// at most 3/4 full, no allocation but when it doubles. A key lies in its home bucket or in the
-/// run of full buckets after it, so a lookup reads the home bucket's line and rarely the next;
-/// removal shifts later keys of the run back into the hole instead of leaving tombstones.
+/// Page number → a `u64` (the truth's physical base; Utopia's PTW counters): linear probing over
+/// a power-of-two array of buckets, at most 3/4 full, no allocation but when it doubles. A key
+/// lies in its home bucket or in the run of full buckets after it, so a lookup reads the home
+/// bucket's line and rarely the next, and [`VpnTable::prefetch`] can bring that line in ahead of
+/// time; removal shifts later keys of the run back into the hole instead of leaving tombstones.
 #[derive(Default)]
-struct VpnTable {
+pub struct VpnTable {
     /// Empty, or a power of two of buckets (at least [`VpnTable::MIN`]).
     buckets: Vec<Bucket>,
     /// Keys held.
@@ -166,14 +165,23 @@ impl VpnTable {
         }
     }
 
-    /// The physical base mapped at `vpn`.
+    /// Host prefetch of `vpn`'s home bucket, where [`VpnTable::get`] starts (a hint: changes
+    /// nothing).
+    #[inline(always)]
+    pub fn prefetch(&self, vpn: u64) {
+        if let Some(b) = self.home_bucket(vpn) {
+            crate::mem::host_prefetch(b);
+        }
+    }
+
+    /// The value stored at `vpn`.
     #[inline]
-    fn get(&self, vpn: u64) -> Option<u64> {
+    pub fn get(&self, vpn: u64) -> Option<u64> {
         self.find(vpn).map(|i| self.buckets[i].pa)
     }
 
-    /// Maps `vpn` to `pa`, replacing any earlier mapping.
-    fn insert(&mut self, vpn: u64, pa: u64) {
+    /// Stores `pa` at `vpn`, replacing any earlier value.
+    pub fn insert(&mut self, vpn: u64, pa: u64) {
         debug_assert_ne!(vpn, EMPTY);
         if (self.len + 1) * 4 > self.buckets.len() * 3 {
             self.grow();
@@ -207,8 +215,8 @@ impl VpnTable {
         }
     }
 
-    /// Forgets `vpn`, returning its physical base.
-    fn remove(&mut self, vpn: u64) -> Option<u64> {
+    /// Forgets `vpn`, returning its value.
+    pub fn remove(&mut self, vpn: u64) -> Option<u64> {
         let mut hole = self.find(vpn)?;
         let pa = self.buckets[hole].pa;
         let mask = self.mask();

@@ -133,6 +133,12 @@ impl FramePlacement<Utopia> for Utopia {
     }
 }
 
+/// A FlexSeg page's PTW counter as stored (`walks | DRAM refs << 8`): (walks, DRAM references),
+/// saturating at 15 and 31 like the PTE's 4- and 5-bit counters (`UtopiaConfig::validate`).
+pub(super) fn ptw_count(v: u64) -> (u32, u32) {
+    ((v & 0xFF) as u32, (v >> 8) as u32)
+}
+
 /// PTW-tracking migration from the FlexSeg into a RestSeg (§5.3).
 impl MigrationPolicy<Utopia> for Utopia {
     fn walk_observed(&mut self, s: &mut UtopiaSpace, asid: u16, va: u64, t: Option<Translation>, dram_refs: u32) {
@@ -142,11 +148,12 @@ impl MigrationPolicy<Utopia> for Utopia {
             return;
         }
         let base = t.size.align_down(va);
-        let c = s.ptw.entry(base >> 12).or_insert((0, 0));
-        c.0 = (c.0 + 1).min(15);
-        c.1 = (c.1 as u32 + dram_refs).min(31) as u8;
-        if c.0 as u32 >= m.min_walks && c.1 as u32 >= m.min_dram_refs {
-            s.ptw.remove(&(base >> 12));
+        let (walks, dram) = ptw_count(s.ptw.get(base >> 12).unwrap_or(0));
+        let (walks, dram) = ((walks + 1).min(15), (dram + dram_refs).min(31));
+        if walks < m.min_walks || dram < m.min_dram_refs {
+            s.ptw.insert(base >> 12, u64::from(walks) | u64::from(dram) << 8);
+        } else {
+            s.ptw.remove(base >> 12);
             let key = page_key(asid, base);
             if self.queued.insert(key, ()).is_none() {
                 self.pending.push(MigrationRequest { asid, va: base, size: t.size });
