@@ -3,13 +3,14 @@
 //! Every associative structure in xlate (data caches, TLBs, page-walk caches, POM-TLB, Utopia's RestSeg)
 //! is "tags grouped in sets, choose a victim when a set is full". This type holds only the tags and the
 //! replacement state. Callers keep their payload (dirty bits, PFNs, page sizes, ...) in their own arrays
-//! indexed by [`SetAssoc::slot`], so a lookup scans one contiguous slice of `u64` tags and nothing else.
+//! indexed by [`SetAssoc::slot`], so a lookup scans one contiguous slice of tags ([`Tag`]: `u64` or `u32`)
+//! and nothing else.
 //!
 //! Contract:
 //! - everything is allocated in [`SetAssoc::new`]; no method allocates afterwards;
 //! - behaviour is deterministic (no randomness anywhere, ties go to the lowest way);
 //! - a tag is unique within its set (callers [`SetAssoc::probe`] or [`SetAssoc::lookup`] before
-//!   [`SetAssoc::insert`]), and [`INVALID_TAG`] is never a real tag.
+//!   [`SetAssoc::insert`]), and [`Tag::INVALID`] (all ones; [`INVALID_TAG`] for `u64`) is never a real tag.
 
 use std::fmt;
 
@@ -202,7 +203,7 @@ pub struct SetAssoc<T: Tag = u64> {
     tag_words: usize,
     /// Words per set: `tag_words`, then the `ways` `u16` replacement states packed four to a word.
     stride: usize,
-    /// Set-major; each set is `stride` words: its tags ([`INVALID_TAG`] in empty ways), then its
+    /// Set-major; each set is `stride` words: its tags ([`Tag::INVALID`] in empty ways), then its
     /// replacement state. Keeping them adjacent means a miss, which reads both, touches one
     /// contiguous run of host memory (a 16-way set: 160 bytes).
     ///
@@ -293,7 +294,7 @@ impl<T: Tag> SetAssoc<T> {
         &mut bytemuck::cast_slice_mut::<u64, u16>(&mut self.data[b + self.tag_words..b + self.stride])[..ways]
     }
 
-    /// The way of `set` holding `tag` (the lowest, for [`INVALID_TAG`]). The scan compares every
+    /// The way of `set` holding `tag` (the lowest, for [`Tag::INVALID`]). The scan compares every
     /// way into a bit mask instead of stopping at the match: an early exit mispredicts on the
     /// hit's way, which is random (docs/performance.md, "Branch-free set search").
     #[inline(always)]
