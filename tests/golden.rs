@@ -1,5 +1,5 @@
-//! Golden results: the simulated numbers of every design on two small workloads, checked in under
-//! `tests/golden/`. Any change to a simulated number shows up here and in review.
+//! Golden results: the simulated numbers of every design on small workloads, natively and for a
+//! few guest@host pairs, checked in under `tests/golden/`. Any change to a simulated number shows up here and in review.
 //!
 //! A commit that changes a number on purpose re-blesses the files and says which numbers changed
 //! and why:
@@ -48,6 +48,17 @@ const WORKLOADS: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// Virtualized runs (guest@host) on the same workloads, in a 512 MiB guest on a 2 GiB host:
+/// (file label, design, settings). Radix and ECPT in both dimensions, THP on and off, the nested
+/// TLB of its own and stage-2 entries in the L2 TLB.
+const NESTED: &[(&str, &str, &[&str])] = &[
+    ("radix4@radix4", "radix4@radix4", &[]),
+    ("radix4-thp@radix4-thp", "radix4-thp@radix4-thp", &[]),
+    ("ecpt@radix4-thp", "ecpt@radix4-thp", &[]),
+    ("radix4@radix4-thp.stage2-in-l2", "radix4@radix4-thp", &["host.ntlb.in_l2_tlb=true", "host.ntlb.sizes=[\"2M\"]"]),
+];
+const VM: &[&str] = &["os.memory=512M", "host.os.memory=2G"];
+
 fn golden_path(design: &str, workload: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{design}.{workload}.json"))
 }
@@ -85,12 +96,16 @@ fn diff(path: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
 fn every_design_matches_its_golden_results() {
     let bless = std::env::var_os("XLATE_BLESS").is_some_and(|v| v != "0");
     let mut failures = Vec::new();
-    for d in xlate::arch::designs() {
+    let native = xlate::arch::designs().map(|d| (d.name, d.name, scaled(d.name)));
+    for (label, design, extra) in native.chain(NESTED.iter().copied()) {
         for (wname, sets) in WORKLOADS {
             let mut s = sets.to_vec();
-            s.extend(scaled(d.name));
-            let now = simulated(d.name, &s);
-            let path = golden_path(d.name, wname);
+            s.extend(extra);
+            if design.contains('@') {
+                s.extend(VM);
+            }
+            let now = simulated(design, &s);
+            let path = golden_path(label, wname);
             if bless {
                 std::fs::create_dir_all(path.parent().unwrap()).unwrap();
                 std::fs::write(&path, &now).unwrap();
@@ -106,7 +121,7 @@ fn every_design_matches_its_golden_results() {
                 if lines.is_empty() {
                     lines.push("formatting differs".into());
                 }
-                failures.push(format!("{} {wname}:\n  {}", d.name, lines.join("\n  ")));
+                failures.push(format!("{label} {wname}:\n  {}", lines.join("\n  ")));
             }
         }
     }

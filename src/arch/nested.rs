@@ -20,7 +20,9 @@
 //! host-physical translations of the smaller of the guest and host page sizes; the guest's walk
 //! caches (its own `WalkCache`, tagged by guest-physical table pointers) and the host's (the host
 //! driver's, for the VM's ASID) are separate per-core structures; a nested TLB (`host.ntlb`, AMD's
-//! NTLB) caches gPA → hPA for the references of guest walks and the final guest frame.
+//! NTLB) caches gPA → hPA for the references of guest walks and the final guest frame, or those
+//! stage-2 entries share the core's L2 TLB (`host.ntlb.in_l2_tlb`, Neoverse N1), reached through
+//! [`Driver::walk_beside`].
 //!
 //! When the guest OS maps a page it zeroes it, and it zeroes every page-table page it allocates:
 //! with `host.back_on_guest_map` (the default) those writes are what touches the frame first, so
@@ -37,11 +39,15 @@ use crate::addr::{PageSize, Pfn};
 use crate::error::{Error, Result};
 use crate::mmu::tlb::{Tlb, TlbConfig};
 use crate::os::{Os, OsConfig};
-use crate::tapi::{Driver, Frames, MapFlags, Path, TObj, Tdb, TdbEnv, Translation, WalkPlan};
+use crate::tapi::{Driver, Frames, MapFlags, NoSharedTlb, Path, SharedTlb, TObj, Tdb, TdbEnv, Translation, WalkPlan};
 use serde_json::{json, Map, Value};
 
 /// Host ASID of the VM in the host OS.
 const VM: u16 = 0;
+
+/// The tag of stage-2 entries kept in the core's L2 TLB (`host.ntlb.in_l2_tlb`), in the ASID's
+/// place: above every guest ASID (at most 4096 processes), so they never answer a guest lookup.
+const STAGE2: u16 = u16::MAX;
 
 /// The nested TLB (`host.ntlb`): gPA → hPA for the references of 2-D walks.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -56,20 +62,37 @@ pub struct NtlbConfig {
     /// Lookup latency in cycles, paid on the walk's critical path for every guest-physical
     /// reference it translates.
     pub latency: u32,
+    /// Keep the stage-2 entries in the core's unified L2 TLB instead of a structure of their own,
+    /// sharing its capacity and paying its latency (Neoverse N1: reference/elastic-translations.md
+    /// §1.5); `entries`, `ways` and `latency` are then unused.
+    pub in_l2_tlb: bool,
+    /// Host page sizes whose entries are cached (a contiguous group of a size not listed is
+    /// cached as its piece if that is listed); empty: every size the host may back guest memory
+    /// with. N1 keeps stage-2 entries of 2 MiB and 1 GiB blocks only.
+    pub sizes: Vec<PageSize>,
 }
 
 impl Default for NtlbConfig {
-    /// 32 entries, 4-way, 2 cycles: an estimate (AMD documents an NTLB without sizes; ARM's
-    /// Neoverse N1 keeps stage-2 entries in its unified L2 TLB), see docs/virtualization.md.
+    /// A nested TLB of its own, 32 entries, 4-way, 2 cycles: an estimate (AMD describes an NTLB
+    /// without sizes), see docs/virtualization.md; `--preset altra` keeps N1's in the L2 TLB.
     fn default() -> Self {
-        NtlbConfig { enabled: true, entries: 32, ways: 4, latency: 2 }
+        NtlbConfig { enabled: true, entries: 32, ways: 4, latency: 2, in_l2_tlb: false, sizes: Vec::new() }
     }
 }
 
 impl NtlbConfig {
-    /// The nested TLB for the host page sizes in `sizes` (a lookup probes each size it holds).
-    fn tlb(&self, sizes: &[PageSize]) -> TlbConfig {
-        TlbConfig::new(self.entries, self.ways, self.latency, sizes)
+    /// The host page sizes cached: `sizes`, or every size a host under `os` may back with.
+    fn cached_sizes(&self, os: &OsConfig) -> Vec<PageSize> {
+        if self.sizes.is_empty() {
+            host_sizes(os)
+        } else {
+            self.sizes.clone()
+        }
+    }
+
+    /// The nested TLB of its own, for a host under `os` (a lookup probes each size it holds).
+    fn tlb(&self, os: &OsConfig) -> TlbConfig {
+        TlbConfig::new(self.entries, self.ways, self.latency, &self.cached_sizes(os))
     }
 }
 
@@ -125,8 +148,8 @@ impl HostConfig {
         };
         self.os.validate().map_err(host)?;
         self.arch.validate().map_err(host)?;
-        if self.ntlb.enabled {
-            self.ntlb.tlb(&host_sizes(&self.os)).validate("host.ntlb")?;
+        if self.ntlb.enabled && !self.ntlb.in_l2_tlb {
+            self.ntlb.tlb(&self.os).validate("host.ntlb")?;
         }
         Ok(())
     }
@@ -241,6 +264,17 @@ struct Stats {
     ntlb_hits: u64,
 }
 
+/// Where a nested MMU caches stage-2 (gPA → hPA) entries for its 2-D walks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage2 {
+    /// Nowhere: every guest-physical reference takes a host walk.
+    Off,
+    /// A nested TLB of its own per core (AMD's NTLB).
+    Ntlb,
+    /// The core's unified L2 TLB, beside its guest-virtual entries (Neoverse N1).
+    L2Tlb,
+}
+
 /// A guest driver `G` on a host driver `H`, with the hypervisor's OS.
 pub struct Nested<G: Driver, H: Driver> {
     guest: G,
@@ -249,7 +283,10 @@ pub struct Nested<G: Driver, H: Driver> {
     /// Host virtual address of guest-physical address 0.
     pub base: u64,
     ntlb: TlbConfig,
-    ntlb_enabled: bool,
+    /// Where stage-2 entries are cached.
+    stage2: Stage2,
+    /// The host page sizes whose entries the core's L2 TLB keeps ([`Stage2::L2Tlb`]).
+    l2_sizes: Vec<PageSize>,
     /// Bumped whenever the host OS sends shootdowns: every core's host walk caches and nested
     /// TLB are flushed before their next use.
     host_epoch: u64,
@@ -276,18 +313,24 @@ impl<G: Driver, H: Driver> Nested<G, H> {
     /// reference they serve). Takes EPT violations (host faults) as they come. Returns the
     /// host-physical address, the host page size, and the first step after the host references;
     /// `None` only if the host cannot back the page (then `plan.violation` says so).
-    fn host_translate(
+    fn host_translate<T: SharedTlb>(
         &mut self,
         wc: &mut NestedWc<G, H>,
+        l2: &mut T,
         gpa: u64,
         needed: bool,
         mut step: u8,
         plan: &mut WalkPlan,
     ) -> Option<(u64, PageSize, u8)> {
-        if let Some(ntlb) = wc.ntlb.as_mut() {
+        let cached = match (self.stage2, wc.ntlb.as_mut()) {
+            (Stage2::Ntlb, Some(ntlb)) => Some((ntlb.latency, ntlb.lookup(VM, gpa))),
+            (Stage2::L2Tlb, _) => Some((l2.latency(), l2.lookup(STAGE2, gpa))),
+            _ => None,
+        };
+        if let Some((latency, hit)) = cached {
             self.stats.ntlb_lookups += 1;
-            plan.fixed_cycles += ntlb.latency;
-            if let Some(t) = ntlb.lookup(VM, gpa) {
+            plan.fixed_cycles += latency;
+            if let Some(t) = hit {
                 self.stats.ntlb_hits += 1;
                 // The frame of this address, as checked mode compares: the entry may be a piece of
                 // a larger host page (a contiguous group the nested TLB holds at its entry size).
@@ -322,9 +365,15 @@ impl<G: Driver, H: Driver> Nested<G, H> {
                 Some(t) => {
                     // Keyed by guest-physical address: the host page covers the same aligned range of
                     // gPAs as of host VAs, since the VM's base is aligned to the host page.
-                    if let Some(ntlb) = wc.ntlb.as_mut() {
-                        if self.base.is_multiple_of(t.size.bytes()) {
-                            ntlb.insert(VM, gpa, t);
+                    if self.base.is_multiple_of(t.size.bytes()) {
+                        match (self.stage2, wc.ntlb.as_mut()) {
+                            (Stage2::Ntlb, Some(ntlb)) => ntlb.insert(VM, gpa, t),
+                            (Stage2::L2Tlb, _) => {
+                                if let Some(e) = self.l2_entry(t, hva) {
+                                    l2.insert(STAGE2, gpa, e);
+                                }
+                            }
+                            _ => {}
                         }
                     }
                     return Some((t.paddr(hva), t.size, step));
@@ -343,7 +392,7 @@ impl<G: Driver, H: Driver> Nested<G, H> {
                     self.drain_host_shootdowns();
                     // The host fault may have remapped other pages (swap): this core's host
                     // caches are flushed before the walk goes on.
-                    self.sync_host_caches(wc);
+                    self.sync_host_caches(wc, l2);
                 }
             }
         }
@@ -382,13 +431,26 @@ impl<G: Driver, H: Driver> Nested<G, H> {
         r
     }
 
-    /// Flushes this core's host walk caches and nested TLB if the host sent shootdowns since
-    /// they were last flushed.
-    fn sync_host_caches(&self, wc: &mut NestedWc<G, H>) {
+    /// The entry the L2 TLB keeps for host translation `t` of `hva`: `t` if its size is one
+    /// of `host.ntlb.sizes`, else the piece of a contiguous group if that size is, else none.
+    fn l2_entry(&self, t: Translation, hva: u64) -> Option<Translation> {
+        if self.l2_sizes.contains(&t.size) {
+            return Some(t);
+        }
+        let piece = t.size.descriptor().filter(|p| self.l2_sizes.contains(p))?;
+        Some(Translation { pbase: t.paddr(hva) & !piece.offset_mask(), size: piece })
+    }
+
+    /// Flushes this core's host walk caches and stage-2 entries if the host sent shootdowns
+    /// since they were last flushed.
+    fn sync_host_caches<T: SharedTlb>(&self, wc: &mut NestedWc<G, H>, l2: &mut T) {
         if wc.epoch != self.host_epoch {
             self.host.driver.invalidate_walk_cache(&mut wc.host, VM, 0, u64::MAX);
             if let Some(n) = wc.ntlb.as_mut() {
                 n.flush();
+            }
+            if self.stage2 == Stage2::L2Tlb {
+                l2.drop_tag(STAGE2);
             }
             wc.epoch = self.host_epoch;
         }
@@ -504,8 +566,13 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
             allocated: Vec::new(),
             host,
             base,
-            ntlb: cfg.ntlb.tlb(&host_sizes(&cfg.host_os)),
-            ntlb_enabled: cfg.ntlb.enabled,
+            ntlb: cfg.ntlb.tlb(&cfg.host_os),
+            stage2: match (cfg.ntlb.enabled, cfg.ntlb.in_l2_tlb) {
+                (false, _) => Stage2::Off,
+                (true, false) => Stage2::Ntlb,
+                (true, true) => Stage2::L2Tlb,
+            },
+            l2_sizes: cfg.ntlb.cached_sizes(&cfg.host_os),
             host_epoch: 0,
             remaps: 0,
             gplan: WalkPlan::default(),
@@ -519,13 +586,27 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
         NestedWc {
             guest: self.guest.new_walk_cache(),
             host: self.host.driver.new_walk_cache(),
-            ntlb: self.ntlb_enabled.then(|| Tlb::new(&self.ntlb)),
+            ntlb: (self.stage2 == Stage2::Ntlb).then(|| Tlb::new(&self.ntlb)),
             epoch: self.host_epoch,
         }
     }
 
     fn walk(&mut self, s: &mut NestedSpace<G>, wc: &mut NestedWc<G, H>, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
-        self.sync_host_caches(wc);
+        self.walk_beside(s, wc, &mut NoSharedTlb, asid, va, plan)
+    }
+
+    /// The 2-D walk (see the module's documentation), with the core's L2 TLB for stage-2
+    /// entries kept there.
+    fn walk_beside<T: SharedTlb>(
+        &mut self,
+        s: &mut NestedSpace<G>,
+        wc: &mut NestedWc<G, H>,
+        l2: &mut T,
+        asid: u16,
+        va: u64,
+        plan: &mut WalkPlan,
+    ) -> Option<Translation> {
+        self.sync_host_caches(wc, l2);
         self.stats.walks += 1;
         // The guest dimension: the guest driver's own walk over guest-physical tables.
         let mut gplan = std::mem::take(&mut self.gplan);
@@ -550,7 +631,7 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
             hpa.clear();
             let mut after = step;
             for r in &gplan.refs[i..j] {
-                match self.host_translate(wc, r.paddr, r.needed, step, plan) {
+                match self.host_translate(wc, l2, r.paddr, r.needed, step, plan) {
                     Some((a, _, next)) => {
                         hpa.push(a);
                         after = after.max(next);
@@ -571,7 +652,7 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
         let gt = gt.filter(|_| ok)?;
         // The guest frame of the data, translated by the host; the TLB entry is the smaller page.
         let gpa = gt.paddr(va);
-        let (a, hsize, _) = self.host_translate(wc, gpa, true, step, plan)?;
+        let (a, hsize, _) = self.host_translate(wc, l2, gpa, true, step, plan)?;
         let size = gt.size.min(hsize);
         Some(Translation { pbase: a & !size.offset_mask(), size })
     }

@@ -212,6 +212,15 @@ impl Config {
             self.accel.validate(self.os.memory)?;
         }
         self.host.validate()?;
+        let ntlb = &self.host.ntlb;
+        if ntlb.enabled && ntlb.in_l2_tlb {
+            if let Some(z) = ntlb.sizes.iter().find(|&&z| !self.mmu.l2.sizes.contains(&z)) {
+                return Err(Error::config(
+                    "host.ntlb.sizes",
+                    format!("stage-2 entries of {} are to live in the L2 TLB (host.ntlb.in_l2_tlb), which does not hold that size (mmu.l2.sizes)", z.label()),
+                ));
+            }
+        }
         hostmem::check(self, &v)?;
         // Every physical address the caches see is below the guest's or the hypervisor's memory
         // (checked after the host-memory limit, which refuses absurd sizes by their own key).

@@ -343,7 +343,7 @@ impl Pipeline {
             plan.clear();
             plan.checked = M::CHECKED;
             let (driver, space) = host.tables(asid);
-            let r = driver.walk(space, &mut mmu.wc, asid, va, plan);
+            let r = driver.walk_beside(space, &mut mmu.wc, &mut mmu.tlbs.l2, asid, va, plan);
             if let Some(v) = plan.violation {
                 return Err(Error::Check(format!("walk of ASID {asid} va {va:#x}: {v}")));
             }

@@ -7,7 +7,7 @@
 use crate::addr::PageSize;
 use crate::error::{Error, Result};
 use crate::mem::assoc::{check_ways, Replacement, SetAssoc, INVALID_TAG};
-use crate::tapi::Translation;
+use crate::tapi::{SharedTlb, Translation};
 
 /// Geometry and timing of one TLB.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -205,6 +205,26 @@ impl Tlb {
     pub fn flush(&mut self) {
         self.mru = INVALID_TAG;
         self.arr.clear();
+    }
+}
+
+/// The L2 TLB as a nested MMU's stage-2 entries share it (`host.ntlb.in_l2_tlb`): the tag takes
+/// the ASID's place.
+impl SharedTlb for Tlb {
+    #[inline]
+    fn latency(&self) -> u32 {
+        self.latency
+    }
+    #[inline]
+    fn lookup(&mut self, tag: u16, addr: u64) -> Option<Translation> {
+        Tlb::lookup(self, tag, addr)
+    }
+    #[inline]
+    fn insert(&mut self, tag: u16, addr: u64, t: Translation) {
+        Tlb::insert(self, tag, addr, t)
+    }
+    fn drop_tag(&mut self, tag: u16) {
+        self.invalidate(tag, 0, u64::MAX);
     }
 }
 

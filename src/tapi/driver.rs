@@ -12,7 +12,7 @@ use super::memside::MemorySide;
 use super::policy::{FramePlacement, MemoryTlb, MigrationPolicy};
 use super::side::SideLookup;
 use super::tdb::Tdb;
-use super::walk::{Translation, WalkPlan};
+use super::walk::{SharedTlb, Translation, WalkPlan};
 use crate::addr::PageSize;
 use crate::error::Result;
 
@@ -36,6 +36,22 @@ pub trait Driver: Tdb + Sized + 'static {
     /// translation, or `None` if nothing maps `va` (a page fault; the references made before
     /// discovering that are still in the plan).
     fn walk(&mut self, space: &mut Self::Space, wc: &mut Self::WalkCache, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation>;
+
+    /// The walk as a core's MMU runs it, with the core's L2 TLB at hand for a driver that keeps
+    /// entries of its own there (a nested MMU whose stage-2 entries share it, `host.ntlb.in_l2_tlb`).
+    /// Default: [`Driver::walk`], leaving the L2 TLB alone.
+    #[inline(always)]
+    fn walk_beside<T: SharedTlb>(
+        &mut self,
+        space: &mut Self::Space,
+        wc: &mut Self::WalkCache,
+        _l2: &mut T,
+        asid: u16,
+        va: u64,
+        plan: &mut WalkPlan,
+    ) -> Option<Translation> {
+        self.walk(space, wc, asid, va, plan)
+    }
 
     /// Drops walk-cache entries of `asid` that may cover `[start, end)` (TLB shootdown).
     fn invalidate_walk_cache(&self, wc: &mut Self::WalkCache, asid: u16, start: u64, end: u64);

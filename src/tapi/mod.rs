@@ -32,4 +32,4 @@ pub use side::{SideLookup, SideStart, SideTiming};
 pub use tdb::{generic_for_each, generic_map_range, generic_range_is_empty, Frames, Tdb, TdbEnv};
 pub use tobj::{prot, HugeAdvice, MapFlags, TObj};
 pub use tsvc::{Shootdown, Tsvc};
-pub use walk::{Translation, WalkPlan, WalkRef};
+pub use walk::{NoSharedTlb, SharedTlb, Translation, WalkPlan, WalkRef};

@@ -118,3 +118,33 @@ impl WalkPlan {
         n
     }
 }
+
+/// The core's L2 TLB as a walk may use it for entries of its own ([`super::Driver::walk_beside`]):
+/// a nested MMU whose stage-2 (gPA → hPA) entries share the unified L2 TLB's capacity, as
+/// Neoverse N1's do. Entries are tagged by `tag` in the ASID's place, so they never answer a
+/// lookup of the core's own translations.
+pub trait SharedTlb {
+    /// Lookup latency in cycles.
+    fn latency(&self) -> u32;
+    /// The entry covering `addr` under `tag`, if cached (a hit updates replacement state).
+    fn lookup(&mut self, tag: u16, addr: u64) -> Option<Translation>;
+    /// Fills `t` for `addr` under `tag`; the caller has just missed on `addr`. A size the TLB
+    /// does not hold is not cached.
+    fn insert(&mut self, tag: u16, addr: u64, t: Translation);
+    /// Drops every entry of `tag`.
+    fn drop_tag(&mut self, tag: u16);
+}
+
+/// No shared TLB: every lookup misses and nothing is kept (a walk run outside a core's MMU).
+pub struct NoSharedTlb;
+
+impl SharedTlb for NoSharedTlb {
+    fn latency(&self) -> u32 {
+        0
+    }
+    fn lookup(&mut self, _: u16, _: u64) -> Option<Translation> {
+        None
+    }
+    fn insert(&mut self, _: u16, _: u64, _: Translation) {}
+    fn drop_tag(&mut self, _: u16) {}
+}

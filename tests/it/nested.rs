@@ -9,6 +9,7 @@ use xlate::addr::PageSize;
 use xlate::arch;
 use xlate::arch::nested::{Nested, NestedConfig, NESTABLE};
 use xlate::arch::radix::Radix;
+use xlate::mmu::tlb::{Tlb, TlbConfig};
 use xlate::os::Os;
 use xlate::tapi::{Driver, MapFlags, WalkPlan};
 
@@ -92,6 +93,51 @@ fn a_warm_nested_tlb_removes_the_host_dimension() {
     // A guest shootdown leaves the nested TLB (gPA → hPA did not change).
     os.driver.invalidate_walk_cache(&mut wc, a, base, base + 4096);
     assert_eq!(walk(&mut os, &mut wc, a, base + 0x20).refs.len(), 4);
+}
+
+/// Neoverse N1's arrangement (`host.ntlb.in_l2_tlb`): stage-2 entries live in the core's L2 TLB,
+/// of the sizes `host.ntlb.sizes` lists, and take capacity from its guest-virtual entries.
+#[test]
+fn stage2_entries_share_the_l2_tlb() {
+    let in_l2 = ["arch.radix.pwc=[]", "host.arch.radix.pwc=[]", "host.ntlb.in_l2_tlb=true"];
+    let walk_beside = |os: &mut Os<Nested<Radix, Radix>>, wc: &mut _, l2: &mut Tlb, a: u16, va: u64| {
+        let mut plan = WalkPlan { checked: true, ..WalkPlan::default() };
+        let t = os.driver.walk_beside(&mut os.procs[a as usize].space, wc, l2, a, va, &mut plan).expect("mapped");
+        assert_eq!(plan.violation, None);
+        assert_eq!(Some(t), os.truth(a, va).and_then(|g| os.driver.machine_translation(va, g)));
+        (plan.refs.len(), plan.fixed_cycles)
+    };
+    // A 2 MiB host. Walked outside a core (no L2 TLB at hand) nothing is cached: every guest
+    // reference and the data page take a host walk, 4 × (3 + 1) + 3 = 19 references.
+    let (mut os, a, base) = radix_vm("radix4@radix4-thp", &in_l2);
+    let mut wc = os.driver.new_walk_cache();
+    assert_eq!(walk(&mut os, &mut wc, a, base).refs.len(), 19);
+    // Beside a one-entry L2 TLB, the first host walk's 2 MiB stage-2 entry answers the later
+    // guest-physical references it covers, and it evicts the guest's own entry.
+    let mut l2 = Tlb::new(&TlbConfig::new(1, 1, 5, &[PageSize::K4, PageSize::M2]));
+    let guest_va = base + (1 << 20);
+    let guest_entry = os.truth(a, guest_va).and_then(|g| os.driver.machine_translation(guest_va, g)).unwrap();
+    l2.insert(a, guest_va, guest_entry);
+    let (refs, cycles) = walk_beside(&mut os, &mut wc, &mut l2, a, base + 0x10);
+    assert!(refs < 19, "stage-2 hits in the L2 TLB remove host walks: {refs}");
+    assert!(cycles >= 5 * 5, "each of the 5 stage-2 lookups pays the L2 TLB's latency: {cycles}");
+    assert_eq!(l2.lookup(a, guest_va), None, "the stage-2 entry evicted the guest's entry");
+    let hits = os.driver.metrics()["ntlb_hit_rate"].as_f64().unwrap();
+    assert!(hits > 0.0, "{hits}");
+    // N1 keeps stage-2 entries of 2 MiB and 1 GiB blocks only: a 4 KiB host's are not cached.
+    let (mut os, a, base) = radix_vm("radix4@radix4", &[&in_l2[..], &["host.ntlb.sizes=[\"2M\"]"]].concat());
+    let mut wc = os.driver.new_walk_cache();
+    let mut l2 = Tlb::new(&TlbConfig::new(64, 4, 5, &[PageSize::K4, PageSize::M2]));
+    for off in [0, 0x10] {
+        assert_eq!(walk_beside(&mut os, &mut wc, &mut l2, a, base + off).0, 24, "no 4 KiB stage-2 entries");
+    }
+    assert_eq!(os.driver.metrics()["ntlb_hit_rate"], 0.0);
+    // The L2 TLB must hold every size listed.
+    let mut cfg = config("radix4@radix4", VM);
+    cfg.host.ntlb.in_l2_tlb = true;
+    cfg.host.ntlb.sizes = vec![PageSize::G1];
+    let e = cfg.validate().unwrap_err().to_string();
+    assert!(e.contains("host.ntlb.sizes") && e.contains("mmu.l2.sizes"), "{e}");
 }
 
 #[test]
@@ -221,11 +267,14 @@ fn guest_promotions_under_checked_mode() {
 /// host remap (as KVM does), or checked mode finds a stale entry.
 #[test]
 fn host_swapping_remaps_under_checked_mode() {
-    for host in ["radix4", "ecpt"] {
+    for (host, stage2) in
+        [("radix4", "host.ntlb.in_l2_tlb=false"), ("radix4", "host.ntlb.in_l2_tlb=true"), ("ecpt", "host.ntlb.in_l2_tlb=false")]
+    {
         let design = format!("radix4@{host}");
         let r = run(
             &design,
             &[
+                stage2,
                 "os.memory=512M",
                 "host.os.memory=160M",
                 "host.os.swap.enabled=true",
@@ -249,9 +298,16 @@ fn host_swapping_remaps_under_checked_mode() {
 /// unless the VM's TLBs, host walk caches and nested TLB are flushed.
 #[test]
 fn host_promotions_under_checked_mode() {
-    for design in ["radix4@radix4-thp", "radix4-thp@radix4-thp", "ecpt@radix4-thp", "radix4@ecpt-thp"] {
+    for (design, stage2) in [
+        ("radix4@radix4-thp", "host.ntlb.in_l2_tlb=false"),
+        ("radix4@radix4-thp", "host.ntlb.in_l2_tlb=true"),
+        ("radix4-thp@radix4-thp", "host.ntlb.in_l2_tlb=false"),
+        ("ecpt@radix4-thp", "host.ntlb.in_l2_tlb=false"),
+        ("radix4@ecpt-thp", "host.ntlb.in_l2_tlb=false"),
+    ] {
         let mut sets = VM.to_vec();
         sets.extend_from_slice(&[
+            stage2,
             "workload.name=\"gups\"",
             "workload.params.table=64M",
             "workload.params.updates=100000",
