@@ -39,7 +39,7 @@ use crate::addr::{PageSize, Pfn};
 use crate::error::{Error, Result};
 use crate::mmu::tlb::{Tlb, TlbConfig};
 use crate::os::{Os, OsConfig};
-use crate::tapi::{Driver, Frames, MapFlags, NoSharedTlb, Path, SharedTlb, TObj, Tdb, TdbEnv, Translation, WalkPlan};
+use crate::tapi::{Driver, Frames, MapFlags, NoSharedTlb, Path, SharedTlb, TObj, Tdb, TdbEnv, Translation, WalkPlan, WalkRef};
 use serde_json::{json, Map, Value};
 
 /// Host ASID of the VM in the host OS.
@@ -297,7 +297,6 @@ pub struct Nested<G: Driver, H: Driver> {
     /// Guest frames allocated during the current translation-database call.
     allocated: Vec<(u64, u32)>,
     gplan: WalkPlan,
-    hplan: WalkPlan,
     hpa: Vec<u64>,
     stats: Stats,
 }
@@ -342,22 +341,18 @@ impl<G: Driver, H: Driver> Nested<G, H> {
         }
         let hva = self.base + gpa;
         loop {
-            let hplan = &mut self.hplan;
-            hplan.clear();
-            hplan.checked = plan.checked;
+            // The host walk appends to the 2-D walk's plan (its counts and any violation add up
+            // there too); its references are then moved to the steps after `step`.
+            let (start, unfiltered) = (plan.refs.len(), plan.unfiltered);
             let space = &mut self.host.procs[VM as usize].space;
-            let r = self.host.driver.walk(space, &mut wc.host, VM, hva, hplan);
-            if hplan.violation.is_some() {
-                plan.violation = hplan.violation;
-            }
+            let r = self.host.driver.walk(space, &mut wc.host, VM, hva, plan);
             let mut last = None;
-            for h in &hplan.refs {
-                plan.push_host(h.paddr, step.saturating_add(h.step), needed && h.needed);
+            for h in &mut plan.refs[start..] {
                 last = Some(last.map_or(h.step, |l: u8| l.max(h.step)));
+                *h = WalkRef { paddr: h.paddr, step: step.saturating_add(h.step), needed: needed && h.needed, host: true, write: false };
             }
-            plan.add_counts(hplan);
-            self.stats.host_refs += hplan.refs.len() as u64;
-            self.stats.host_unfiltered += hplan.unfiltered as u64;
+            self.stats.host_refs += (plan.refs.len() - start) as u64;
+            self.stats.host_unfiltered += u64::from(plan.unfiltered - unfiltered);
             if let Some(l) = last {
                 step = step.saturating_add(l + 1);
             }
@@ -576,7 +571,6 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
             host_epoch: 0,
             remaps: 0,
             gplan: WalkPlan::default(),
-            hplan: WalkPlan::default(),
             hpa: Vec::new(),
             stats: Stats::default(),
         })
