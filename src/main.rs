@@ -542,9 +542,10 @@ fn real_main() -> Result<()> {
                 println!("{:<14} {}", d.name, d.description);
             }
             println!(
-                "{:<14} any two designs of the {} drivers: GUEST as a guest on HOST under a hypervisor (docs/virtualization.md)",
+                "{:<14} any two designs of the {} drivers (and a {} guest): GUEST as a guest on HOST under a hypervisor (docs/virtualization.md)",
                 "GUEST@HOST",
-                arch::nested::NESTABLE.join(", ")
+                arch::nested::NESTABLE.join(", "),
+                arch::nested::GUEST_ONLY.join(", ")
             );
             Ok(())
         }

@@ -50,12 +50,13 @@ const WORKLOADS: &[(&str, &[&str])] = &[
 
 /// Virtualized runs (guest@host) on the same workloads, in a 512 MiB guest on a 2 GiB host:
 /// (file label, design, settings). Radix and ECPT in both dimensions, THP on and off, the nested
-/// TLB of its own and stage-2 entries in the L2 TLB.
+/// TLB of its own and stage-2 entries in the L2 TLB, and POM-TLB's own nesting.
 const NESTED: &[(&str, &str, &[&str])] = &[
     ("radix4@radix4", "radix4@radix4", &[]),
     ("radix4-thp@radix4-thp", "radix4-thp@radix4-thp", &[]),
     ("ecpt@radix4-thp", "ecpt@radix4-thp", &[]),
     ("radix4@radix4-thp.stage2-in-l2", "radix4@radix4-thp", &["host.ntlb.in_l2_tlb=true", "host.ntlb.sizes=[\"2M\"]"]),
+    ("pomtlb@radix4", "pomtlb@radix4", &[]),
 ];
 const VM: &[&str] = &["os.memory=512M", "host.os.memory=2G"];
 

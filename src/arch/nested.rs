@@ -166,19 +166,34 @@ pub struct Nesting {
 
 /// Drivers that can be a guest or a host of a 2-D walk. Utopia's RestSegs and RMM's ranges are
 /// not nestable: their papers evaluate no nested form (Utopia §9 leaves it to future work).
-/// POM-TLB's paper is about virtualized systems (its entries cache guest-virtual → host-physical
-/// translations, so a hit skips the whole 2-D walk), but xlate models only the native form
-/// Utopia compares against; its nested form is not modelled (docs/virtualization.md).
 pub const NESTABLE: &[&str] = &["radix", "fpt", "ecpt", "arm64"];
+
+/// Drivers that nest in their own way, as guests only. POM-TLB's paper is about virtualized
+/// systems: its in-memory TLB, in host-physical memory, caches guest-virtual → host-physical
+/// translations in front of the 2-D walk of a radix guest (`PomTlb<Nested<Radix, H>>`,
+/// src/arch/pomtlb.rs).
+pub const GUEST_ONLY: &[&str] = &["pomtlb"];
 
 /// The design `guest@host`: checks both are nestable and builds the pair's entry (kept for the
 /// life of the program, like the built-in designs).
 pub fn nest(guest: &'static Design, host: &'static Design) -> Result<&'static Design> {
+    if GUEST_ONLY.contains(&host.driver) {
+        return Err(Error::config(
+            "design",
+            format!("`{}` ({} driver) nests only as a guest: hosts are {}", host.name, host.driver, NESTABLE.join(", ")),
+        ));
+    }
     for d in [guest, host] {
-        if !NESTABLE.contains(&d.driver) {
+        if !NESTABLE.contains(&d.driver) && !GUEST_ONLY.contains(&d.driver) {
             return Err(Error::config(
                 "design",
-                format!("`{}` ({} driver) cannot be nested: nestable drivers are {}", d.name, d.driver, NESTABLE.join(", ")),
+                format!(
+                    "`{}` ({} driver) cannot be nested: nestable drivers are {} (and, as guests only, {})",
+                    d.name,
+                    d.driver,
+                    NESTABLE.join(", "),
+                    GUEST_ONLY.join(", ")
+                ),
             ));
         }
         if d.settings.iter().any(|s| s.starts_with("mmu.perfect_tlb")) {

@@ -27,12 +27,34 @@
 //! - Coherence: the POM-TLB is a TLB, so the OS's TLB shootdown invalidates it
 //!   ([`MemoryTlb::shootdown`]); checked mode compares every POM-TLB hit with the OS's truth.
 
-use super::radix::{Radix, RadixConfig, RadixPwc, RadixSpace};
+use super::nested::Nested;
+use super::radix::{Radix, RadixConfig};
 use super::{ArchConfig, Design, Registered};
 use crate::addr::PageSize;
 use crate::error::{Error, Result};
 use crate::mem::assoc::{check_ways, Replacement, SetAssoc};
-use crate::tapi::{Driver, MemoryTlb, TObj, Tdb, TdbEnv, Translation, WalkPlan};
+use crate::tapi::{Driver, MemoryTlb, NoSharedTlb, SharedTlb, TObj, Tdb, TdbEnv, Translation, WalkPlan};
+
+/// The walker behind a POM-TLB: x86 radix natively, or a 2-D walk of a radix guest on any host
+/// (POM-TLB's own setting: its entries cache guest-virtual → host-physical translations, so a hit
+/// skips the whole 2-D walk).
+pub trait PomWalker: Driver {
+    /// Runs `f` with the memory the POM-TLB's arrays live in: the OS's own (`env`) natively; the
+    /// hypervisor's physical memory for a guest (the arrays are addressed host-physically and
+    /// never translated by the host).
+    fn with_array_memory<R>(&mut self, env: &mut TdbEnv, f: impl FnOnce(&mut TdbEnv) -> R) -> R {
+        f(env)
+    }
+}
+
+impl PomWalker for Radix {}
+
+impl<H: Driver> PomWalker for Nested<Radix, H> {
+    fn with_array_memory<R>(&mut self, _env: &mut TdbEnv, f: impl FnOnce(&mut TdbEnv) -> R) -> R {
+        let host = &mut self.host;
+        f(&mut TdbEnv { phys: &mut host.phys, cost: &mut host.cost })
+    }
+}
 
 /// How the POM-TLB holds the two page sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -308,9 +330,9 @@ impl SizePredictor {
     }
 }
 
-/// One core's POM-TLB walk state: the radix PWCs and the page-size predictor.
-pub struct PomWalkCache {
-    radix: RadixPwc,
+/// One core's POM-TLB walk state: the walker's caches (radix PWCs) and the page-size predictor.
+pub struct PomWalkCache<W: Driver = Radix> {
+    walker: W::WalkCache,
     /// The page-size predictor.
     pub predictor: SizePredictor,
 }
@@ -338,22 +360,28 @@ pub struct PomStats {
     pub evictions: u64,
     /// Entries invalidated by shootdowns.
     pub invalidations: u64,
+    /// Whole-array flushes: the walker's translations changed generation (a host remap under a
+    /// guest: every entry may depend on it).
+    pub flushes: u64,
 }
 
-/// The POM-TLB driver: the in-memory TLB in front of an x86 radix page table.
-pub struct PomTlb {
-    radix: Radix,
+/// The POM-TLB driver: the in-memory TLB in front of an x86 radix page table (natively), or of a
+/// radix guest's 2-D walk (`pomtlb@host`).
+pub struct PomTlb<W: Driver = Radix> {
+    walker: W,
     cfg: PomTlbConfig,
     /// Arrays: `[4K, 2M]` when split, `[both]` when shared.
     arrays: Vec<PomArray>,
     spaces: u32,
+    /// The walker's [`Driver::generation`] the arrays are coherent with.
+    generation: u64,
     /// Counters.
     pub stats: PomStats,
 }
 
-/// One address space: its radix page table (the POM-TLB itself is shared).
-pub struct PomTlbSpace {
-    radix: RadixSpace,
+/// One address space: its page table (the POM-TLB itself is shared).
+pub struct PomTlbSpace<W: Driver = Radix> {
+    walker: W::Space,
 }
 
 /// The other partition's page size.
@@ -368,13 +396,26 @@ fn other(size: PageSize) -> PageSize {
 
 impl PomTlb {
     /// A driver with the given POM-TLB geometry and radix table.
-    pub fn new(cfg: &PomTlbConfig, radix: &super::radix::RadixConfig) -> PomTlb {
+    pub fn new(cfg: &PomTlbConfig, radix: &RadixConfig) -> PomTlb {
+        PomTlb::with_walker(cfg, Radix::new(radix))
+    }
+}
+
+impl<W: PomWalker> PomTlb<W> {
+    /// A POM-TLB of geometry `cfg` in front of `walker`.
+    pub fn with_walker(cfg: &PomTlbConfig, walker: W) -> PomTlb<W> {
         let n = match cfg.partitions {
             Partitions::Split => 2,
             Partitions::Shared => 1,
         };
         let arrays = (0..n).map(|_| PomArray::new(cfg.entries, cfg.ways, cfg.entry_bytes, cfg.replacement)).collect();
-        PomTlb { radix: Radix::new(radix), cfg: cfg.clone(), arrays, spaces: 0, stats: PomStats::default() }
+        let generation = walker.generation().unwrap_or(0);
+        PomTlb { walker, cfg: cfg.clone(), arrays, spaces: 0, generation, stats: PomStats::default() }
+    }
+
+    /// The walker.
+    pub fn walker(&self) -> &W {
+        &self.walker
     }
 
     /// Index of the array holding translations of `size`.
@@ -461,54 +502,74 @@ impl PomTlb {
     }
 }
 
-impl Tdb for PomTlb {
-    type Space = PomTlbSpace;
+impl<W: PomWalker> Tdb for PomTlb<W> {
+    type Space = PomTlbSpace<W>;
 
-    fn create_space(&mut self, asid: u16, env: &mut TdbEnv) -> Result<PomTlbSpace> {
+    fn create_space(&mut self, asid: u16, env: &mut TdbEnv) -> Result<PomTlbSpace<W>> {
         if self.spaces == 0 {
-            for a in &mut self.arrays {
-                a.base = env.alloc_table(a.order)?.addr();
-            }
+            let arrays = &mut self.arrays;
+            self.walker.with_array_memory(env, |env| -> Result<()> {
+                for a in arrays.iter_mut() {
+                    a.base = env.alloc_table(a.order)?.addr();
+                }
+                Ok(())
+            })?;
         }
         self.spaces += 1;
-        Ok(PomTlbSpace { radix: self.radix.create_space(asid, env)? })
+        Ok(PomTlbSpace { walker: self.walker.create_space(asid, env)? })
     }
 
-    fn destroy_space(&mut self, s: PomTlbSpace, env: &mut TdbEnv) -> Result<()> {
-        self.radix.destroy_space(s.radix, env)?;
+    fn destroy_space(&mut self, s: PomTlbSpace<W>, env: &mut TdbEnv) -> Result<()> {
+        self.walker.destroy_space(s.walker, env)?;
         self.spaces -= 1;
         if self.spaces == 0 {
-            for a in &mut self.arrays {
-                a.arr.clear();
-                env.free_table(crate::addr::Pfn::containing(a.base), a.order)?;
-            }
+            let arrays = &mut self.arrays;
+            self.walker.with_array_memory(env, |env| -> Result<()> {
+                for a in arrays.iter_mut() {
+                    a.arr.clear();
+                    env.free_table(crate::addr::Pfn::containing(a.base), a.order)?;
+                }
+                Ok(())
+            })?;
         }
         Ok(())
     }
 
-    fn find(&mut self, s: &mut PomTlbSpace, va: u64, env: &mut TdbEnv) -> Option<TObj> {
-        self.radix.find(&mut s.radix, va, env)
+    fn find(&mut self, s: &mut PomTlbSpace<W>, va: u64, env: &mut TdbEnv) -> Option<TObj> {
+        self.walker.find(&mut s.walker, va, env)
     }
 
-    fn update(&mut self, s: &mut PomTlbSpace, o: &TObj, env: &mut TdbEnv) -> Result<()> {
-        self.radix.update(&mut s.radix, o, env)
+    fn update(&mut self, s: &mut PomTlbSpace<W>, o: &TObj, env: &mut TdbEnv) -> Result<()> {
+        self.walker.update(&mut s.walker, o, env)
     }
 
-    fn remove(&mut self, s: &mut PomTlbSpace, va: u64, size: PageSize, env: &mut TdbEnv) -> Option<TObj> {
-        self.radix.remove(&mut s.radix, va, size, env)
+    fn remove(&mut self, s: &mut PomTlbSpace<W>, va: u64, size: PageSize, env: &mut TdbEnv) -> Option<TObj> {
+        self.walker.remove(&mut s.walker, va, size, env)
     }
 
-    fn for_each(&mut self, s: &mut PomTlbSpace, start: u64, end: u64, env: &mut TdbEnv, f: &mut dyn FnMut(&TObj)) {
-        self.radix.for_each(&mut s.radix, start, end, env, f)
+    fn for_each(&mut self, s: &mut PomTlbSpace<W>, start: u64, end: u64, env: &mut TdbEnv, f: &mut dyn FnMut(&TObj)) {
+        self.walker.for_each(&mut s.walker, start, end, env, f)
     }
 
-    fn range_is_empty(&mut self, s: &mut PomTlbSpace, start: u64, end: u64, env: &mut TdbEnv) -> bool {
-        self.radix.range_is_empty(&mut s.radix, start, end, env)
+    fn range_is_empty(&mut self, s: &mut PomTlbSpace<W>, start: u64, end: u64, env: &mut TdbEnv) -> bool {
+        self.walker.range_is_empty(&mut s.walker, start, end, env)
     }
 
-    fn table_bytes(&self, s: &PomTlbSpace) -> u64 {
+    fn map_range(&mut self, s: &mut PomTlbSpace<W>, first: &TObj, len: u64, env: &mut TdbEnv) -> Result<()> {
+        self.walker.map_range(&mut s.walker, first, len, env)
+    }
+
+    fn table_bytes(&self, s: &PomTlbSpace<W>) -> u64 {
         // The shared POM-TLB is reported on its own (`pomtlb_bytes`), not per address space.
-        self.radix.table_bytes(&s.radix)
+        self.walker.table_bytes(&s.walker)
+    }
+
+    fn take_stale_walk_caches(&mut self, out: &mut Vec<(u64, u64)>) {
+        self.walker.take_stale_walk_caches(out)
+    }
+
+    fn take_stale_translations(&mut self, out: &mut Vec<(u64, u64)>) {
+        self.walker.take_stale_translations(out)
     }
 }
 
@@ -533,8 +594,8 @@ impl Registered for PomTlb {
     }
 }
 
-impl MemoryTlb<PomTlb> for PomTlb {
-    fn shootdown(&mut self, _s: &mut PomTlbSpace, asid: u16, start: u64, end: u64, env: &mut TdbEnv) {
+impl<W: PomWalker> MemoryTlb<PomTlb<W>> for PomTlb<W> {
+    fn shootdown(&mut self, _s: &mut PomTlbSpace<W>, asid: u16, start: u64, end: u64, env: &mut TdbEnv) {
         for size in [PageSize::K4, PageSize::M2] {
             let a = self.array_for(size);
             let (read, inv) = self.arrays[a].invalidate(asid, size.align_down(start), end, size);
@@ -545,12 +606,15 @@ impl MemoryTlb<PomTlb> for PomTlb {
     }
 }
 
-impl Driver for PomTlb {
-    type Config = (PomTlbConfig, RadixConfig);
-    type WalkCache = PomWalkCache;
+/// What a POM-TLB in front of walker `W` is built from: its own section and the walker's.
+pub type PomTlbOf<W> = (PomTlbConfig, <W as Driver>::Config);
 
-    fn from_config((pomtlb, radix): &(PomTlbConfig, RadixConfig), _seed: u64) -> Result<Self> {
-        Ok(PomTlb::new(pomtlb, radix))
+impl<W: PomWalker> Driver for PomTlb<W> {
+    type Config = PomTlbOf<W>;
+    type WalkCache = PomWalkCache<W>;
+
+    fn from_config((pomtlb, walker): &PomTlbOf<W>, seed: u64) -> Result<Self> {
+        Ok(PomTlb::with_walker(pomtlb, W::from_config(walker, seed)?))
     }
 
     #[inline(always)]
@@ -558,12 +622,35 @@ impl Driver for PomTlb {
         Some(self)
     }
 
-    fn new_walk_cache(&self) -> PomWalkCache {
-        PomWalkCache { radix: self.radix.new_walk_cache(), predictor: SizePredictor::new(self.cfg.predictor_entries) }
+    fn new_walk_cache(&self) -> PomWalkCache<W> {
+        PomWalkCache { walker: self.walker.new_walk_cache(), predictor: SizePredictor::new(self.cfg.predictor_entries) }
     }
 
     #[inline]
-    fn walk(&mut self, s: &mut PomTlbSpace, wc: &mut PomWalkCache, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
+    fn walk(&mut self, s: &mut PomTlbSpace<W>, wc: &mut PomWalkCache<W>, asid: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
+        self.walk_beside(s, wc, &mut NoSharedTlb, asid, va, plan)
+    }
+
+    /// The probe, then (on a miss) the walker's walk, with the core's L2 TLB passed on to it.
+    #[inline]
+    fn walk_beside<T: SharedTlb>(
+        &mut self,
+        s: &mut PomTlbSpace<W>,
+        wc: &mut PomWalkCache<W>,
+        l2: &mut T,
+        asid: u16,
+        va: u64,
+        plan: &mut WalkPlan,
+    ) -> Option<Translation> {
+        // Under a guest, a host remap may change any entry's host-physical frame: the arrays are
+        // flushed as the VM's TLBs are (docs/virtualization.md).
+        if let Some(g) = self.walker.generation() {
+            if g != self.generation {
+                self.generation = g;
+                self.stats.flushes += 1;
+                self.arrays.iter_mut().for_each(|a| a.arr.clear());
+            }
+        }
         let first = (self.cfg.probe == ProbeOrder::Predicted).then(|| wc.predictor.predict(va));
         let (n0, f0) = (plan.refs.len(), plan.fixed_cycles);
         let (hit, steps) = self.probe(asid, va, first, plan);
@@ -571,9 +658,9 @@ impl Driver for PomTlb {
         let r = match (self.cfg.walk, hit) {
             (WalkStart::AfterMiss, Some(t)) => Some(t),
             (WalkStart::AfterMiss, None) => {
-                // The radix walk follows the probe's last step.
+                // The walk follows the probe's last step.
                 self.stats.page_walks += 1;
-                let r = self.radix.walk(&mut s.radix, &mut wc.radix, asid, va, plan);
+                let r = self.walker.walk_beside(&mut s.walker, &mut wc.walker, l2, asid, va, plan);
                 for x in &mut plan.refs[n1..] {
                     x.step += steps;
                 }
@@ -581,7 +668,7 @@ impl Driver for PomTlb {
             }
             (WalkStart::Parallel, hit) => {
                 // The walk's steps run beside the probe's from step 0.
-                let r = self.radix.walk(&mut s.radix, &mut wc.radix, asid, va, plan);
+                let r = self.walker.walk_beside(&mut s.walker, &mut wc.walker, l2, asid, va, plan);
                 if hit.is_some() {
                     // The hit cancels the walk: its steps after the probe's are never issued and
                     // the ones issued are not waited for, nor are its walk-cache lookups.
@@ -610,20 +697,42 @@ impl Driver for PomTlb {
         r
     }
 
-    fn invalidate_walk_cache(&self, wc: &mut PomWalkCache, asid: u16, start: u64, end: u64) {
-        self.radix.invalidate_walk_cache(&mut wc.radix, asid, start, end)
+    fn invalidate_walk_cache(&self, wc: &mut PomWalkCache<W>, asid: u16, start: u64, end: u64) {
+        self.walker.invalidate_walk_cache(&mut wc.walker, asid, start, end)
     }
 
     fn leaf_sizes(&self) -> &[PageSize] {
-        self.radix.leaf_sizes()
+        self.walker.leaf_sizes()
     }
 
     fn user_va_limit(&self) -> u64 {
-        self.radix.user_va_limit()
+        self.walker.user_va_limit()
+    }
+
+    fn can_map(&self, va: u64, size: PageSize) -> Result<(), &'static str> {
+        self.walker.can_map(va, size)
+    }
+
+    fn machine_translation(&self, va: u64, t: Translation) -> Option<Translation> {
+        self.walker.machine_translation(va, t)
+    }
+
+    fn tick(&mut self, now_ms: f64, now_cycles: f64) -> Result<()> {
+        self.walker.tick(now_ms, now_cycles)
+    }
+
+    #[inline(always)]
+    fn generation(&self) -> Option<u64> {
+        self.walker.generation()
+    }
+
+    fn translations_by_size(&self) -> Option<[u64; PageSize::COUNT]> {
+        self.walker.translations_by_size()
     }
 
     fn restart_metrics(&mut self) {
         self.stats = PomStats::default();
+        self.walker.restart_metrics();
     }
 
     fn metrics(&self) -> serde_json::Map<String, serde_json::Value> {
@@ -648,6 +757,12 @@ impl Driver for PomTlb {
         m.insert("pomtlb_fill_writes".into(), st.fill_writes.into());
         m.insert("pomtlb_evictions".into(), st.evictions.into());
         m.insert("pomtlb_invalidations".into(), st.invalidations.into());
+        // The walker's own metrics (a guest's 2-D walks), if it has any.
+        let walker = self.walker.metrics();
+        if !walker.is_empty() {
+            m.insert("pomtlb_flushes".into(), st.flushes.into());
+            m.extend(walker);
+        }
         m
     }
 }

@@ -164,7 +164,8 @@ fn munmap_trims_ranges_and_invalidates_the_pom_tlb() {
     assert_eq!(os.driver.stats.ranges_live, 2);
 
     cfg = config("pomtlb", &[]);
-    let mut os = Os::boot(PomTlb::from_config(&PomTlb::config(&cfg.arch), cfg.seed).unwrap(), &cfg.os, 1).unwrap();
+    let pom: PomTlb = PomTlb::from_config(&PomTlb::config(&cfg.arch), cfg.seed).unwrap();
+    let mut os = Os::boot(pom, &cfg.os, 1).unwrap();
     let asid = os.spawn(false).unwrap();
     let a = os.mmap(asid, 4 << 20, MapFlags::default()).unwrap();
     os.populate(asid, a, 4 << 20).unwrap();

@@ -8,6 +8,7 @@ use common::*;
 use xlate::addr::PageSize;
 use xlate::arch;
 use xlate::arch::nested::{Nested, NestedConfig, NESTABLE};
+use xlate::arch::pomtlb::PomTlb;
 use xlate::arch::radix::Radix;
 use xlate::mmu::tlb::{Tlb, TlbConfig};
 use xlate::os::Os;
@@ -172,12 +173,63 @@ fn host_backs_guest_memory_on_demand_or_at_the_first_walk() {
 #[test]
 fn designs_that_cannot_nest_say_so() {
     for name in
-        ["utopia@radix4", "radix4@rmm", "pomtlb@radix4", "ideal@radix4", "radix4@ptlb", "accel-conventional@radix4", "sparta-8@radix4"]
+        ["utopia@radix4", "radix4@rmm", "ideal@radix4", "radix4@ptlb", "accel-conventional@radix4", "sparta-8@radix4", "radix4@pomtlb"]
     {
         let e = arch::lookup(name).err().unwrap_or_else(|| panic!("{name} resolved")).to_string();
-        assert!(e.contains("cannot be nested") || e.contains("perfect-TLB"), "{name}: {e}");
+        assert!(e.contains("cannot be nested") || e.contains("perfect-TLB") || e.contains("only as a guest"), "{name}: {e}");
     }
     assert!(arch::lookup("radix4@nosuch").is_err());
+}
+
+/// POM-TLB's own nesting (Ryoo et al., ISCA'17): the in-memory TLB, in host-physical memory,
+/// caches guest-virtual → host-physical translations in front of the radix guest's 2-D walk, so a
+/// hit makes one probe instead of the walk.
+#[test]
+fn pomtlb_nests_in_front_of_the_2d_walk() {
+    let mut sets = VM.to_vec();
+    sets.extend_from_slice(NO_CACHES);
+    let cfg = config("pomtlb@radix4", &sets);
+    let nc = NestedConfig::<Radix, Radix>::new(&cfg.arch, &cfg.host, cfg.os.memory);
+    let d = PomTlb::<Nested<Radix, Radix>>::from_config(&(cfg.arch.pomtlb.clone(), nc), cfg.seed).unwrap();
+    let mut os = Os::boot(d, &cfg.os, cfg.seed).unwrap();
+    let a = os.spawn(false).unwrap();
+    let base = os.mmap(a, 4 << 20, MapFlags::default()).unwrap();
+    os.populate(a, base, 4 << 20).unwrap();
+    let mut wc = os.driver.new_walk_cache();
+    let mut walk = |os: &mut Os<PomTlb<Nested<Radix, Radix>>>, va: u64| {
+        let mut plan = WalkPlan { checked: true, ..WalkPlan::default() };
+        let t = os.driver.walk(&mut os.procs[a as usize].space, &mut wc, a, va, &mut plan).expect("mapped");
+        assert_eq!(plan.violation, None);
+        assert_eq!(Some(t), os.truth(a, va).and_then(|g| os.driver.machine_translation(va, g)), "{va:#x}");
+        plan
+    };
+    // Cold: the predicted (4 KiB) set and then the 2 MiB set, 4 lines each (16 ways × 16 B), both
+    // host-physical (no host walk translates them); the 24-reference 2-D walk; the fill's store.
+    let cold = walk(&mut os, base + 0x1234);
+    assert_eq!(cold.refs.len(), 4 + 4 + 24 + 1);
+    assert!(cold.refs[..8].iter().all(|r| !r.host) && cold.refs[8..32].iter().filter(|r| r.host).count() == 20);
+    assert!(cold.refs[32].write);
+    // Warm: the entry holds gVA → hPA, so one probe replaces the whole 2-D walk.
+    let warm = walk(&mut os, base + 0x1238);
+    assert_eq!(warm.refs.iter().map(|r| r.paddr).collect::<Vec<_>>(), cold.refs[..4].iter().map(|r| r.paddr).collect::<Vec<_>>());
+    // The arrays live in the hypervisor's memory, not the guest's.
+    let host = &os.driver.walker().host.phys;
+    assert!((host.total_pages() - host.free_pages()) << 12 >= os.driver.metrics()["pomtlb_bytes"].as_u64().unwrap());
+    // In checked mode on radix and ECPT hosts, with host THP on and off.
+    for design in ["pomtlb@radix4", "pomtlb@radix4-thp", "pomtlb@ecpt"] {
+        let mut sets = VM.to_vec();
+        sets.extend_from_slice(&[
+            "workload.name=\"gups\"",
+            "workload.params.table=64M",
+            "workload.params.updates=20000",
+            "sim.checked=true",
+        ]);
+        let r = run(design, &sets);
+        assert_eq!(r.core.checked, r.core.accesses, "{design}");
+        let n = |k: &str| r.driver[k].as_u64().unwrap();
+        let (hits, probes, walks) = (n("pomtlb_hits"), n("pomtlb_probes"), n("nested_walks"));
+        assert!(hits > 0 && walks == probes - hits, "{design}: every hit skips a 2-D walk ({hits} hits, {probes} probes, {walks} walks)");
+    }
 }
 
 /// Every pair of nestable designs (guest × host; THP on and off in each dimension through the
@@ -267,10 +319,14 @@ fn guest_promotions_under_checked_mode() {
 /// host remap (as KVM does), or checked mode finds a stale entry.
 #[test]
 fn host_swapping_remaps_under_checked_mode() {
-    for (host, stage2) in
-        [("radix4", "host.ntlb.in_l2_tlb=false"), ("radix4", "host.ntlb.in_l2_tlb=true"), ("ecpt", "host.ntlb.in_l2_tlb=false")]
-    {
-        let design = format!("radix4@{host}");
+    let cases = [
+        ("radix4", "radix4", "host.ntlb.in_l2_tlb=false"),
+        ("radix4", "radix4", "host.ntlb.in_l2_tlb=true"),
+        ("radix4", "ecpt", "host.ntlb.in_l2_tlb=false"),
+        ("pomtlb", "radix4", "host.ntlb.in_l2_tlb=false"),
+    ];
+    for (guest, host, stage2) in cases {
+        let design = format!("{guest}@{host}");
         let r = run(
             &design,
             &[
@@ -288,6 +344,9 @@ fn host_swapping_remaps_under_checked_mode() {
         let host_os = &r.driver["host_os"];
         assert!(host_os["swap_outs"].as_u64().unwrap() > 0 && host_os["faults_swapin"].as_u64().unwrap() > 0, "{design}: {host_os}");
         assert!(r.driver["host_remaps"].as_u64().unwrap() > 0, "{design}");
+        if guest == "pomtlb" {
+            assert!(r.driver["pomtlb_flushes"].as_u64().unwrap() > 0, "{design}: host remaps flush the in-memory TLB");
+        }
     }
 }
 
