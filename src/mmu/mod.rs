@@ -237,12 +237,42 @@ pub struct Tlbs {
     pub l1d: Vec<Tlb>,
     /// L2 TLB.
     pub l2: Tlb,
+    /// The L1 D-TLB that hit last, probed first (see [`Tlbs::l1d_lookup`]).
+    last_l1d: usize,
 }
 
 impl Tlbs {
     /// Builds the TLBs of one core.
     pub fn new(cfg: &MmuConfig) -> Tlbs {
-        Tlbs { l1i: Tlb::new(&cfg.l1i), l1d: cfg.l1d.iter().map(Tlb::new).collect(), l2: Tlb::new(&cfg.l2) }
+        Tlbs { l1i: Tlb::new(&cfg.l1i), l1d: cfg.l1d.iter().map(Tlb::new).collect(), l2: Tlb::new(&cfg.l2), last_l1d: 0 }
+    }
+
+    /// Looks `va` up in the L1 D-TLBs, the one that hit last first (with THP, a stream's 2 MiB
+    /// TLB rather than the 4 KiB one it would miss in first). The order changes nothing
+    /// simulated: a miss changes no state, and at most one L1 D-TLB holds an entry covering `va`
+    /// (every remap of a range is shot down in all of them; checked mode verifies it on every
+    /// hit, [`Tlbs::other_l1d_covers`]).
+    #[inline]
+    pub fn l1d_lookup(&mut self, asid: u16, va: u64) -> Option<crate::tapi::Translation> {
+        let first = self.last_l1d;
+        if let Some(t) = self.l1d[first].lookup(asid, va) {
+            return Some(t);
+        }
+        for (i, tlb) in self.l1d.iter_mut().enumerate() {
+            if i != first {
+                if let Some(t) = tlb.lookup(asid, va) {
+                    self.last_l1d = i;
+                    return Some(t);
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether an L1 D-TLB other than the one that just hit also covers `va` (checked mode: the
+    /// probe order of [`Tlbs::l1d_lookup`] relies on this never happening).
+    pub fn other_l1d_covers(&self, asid: u16, va: u64) -> bool {
+        self.l1d.iter().enumerate().any(|(i, t)| i != self.last_l1d && t.covers(asid, va))
     }
 
     /// Shoots down `[start, end)` of `asid` in every TLB.
@@ -313,4 +343,36 @@ pub fn time_walk(plan: &WalkPlan, mem: &mut MemHierarchy, core: usize, entry: Wa
     stats.wc_hits += plan.wc_hits as u64;
     stats.wc_misses += plan.wc_misses as u64;
     lat
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::PageSize;
+    use crate::tapi::Translation;
+
+    /// The L1 D-TLB that hit last is probed first, and the answers are those of probing in
+    /// order; a translation held by two L1 D-TLBs at once (which shootdowns prevent) is reported.
+    #[test]
+    fn l1d_probe_order_follows_the_last_hit() {
+        let mut t = Tlbs::new(&MmuConfig::default());
+        assert_eq!(t.l1d.len(), 2, "the default machine has 4 KiB and 2 MiB L1 D-TLBs");
+        let small = Translation { pbase: 0x5000, size: PageSize::K4 };
+        let huge = Translation { pbase: 0x4000_0000, size: PageSize::M2 };
+        t.l1d[0].insert(1, 0x1000, small);
+        t.l1d[1].insert(1, 0x20_0000, huge);
+        for _ in 0..2 {
+            assert_eq!(t.l1d_lookup(1, 0x20_1234), Some(huge));
+            assert_eq!(t.last_l1d, 1);
+            assert!(!t.other_l1d_covers(1, 0x20_1234));
+            assert_eq!(t.l1d_lookup(1, 0x1234), Some(small));
+            assert_eq!(t.last_l1d, 0);
+            assert_eq!(t.l1d_lookup(1, 0x40_0000), None);
+            assert_eq!(t.l1d_lookup(2, 0x1234), None, "another ASID");
+        }
+        // A stale 4 KiB entry inside the 2 MiB page: the order would matter, so checked mode says so.
+        t.l1d[0].insert(1, 0x20_3000, Translation { pbase: 0x9000, size: PageSize::K4 });
+        assert_eq!(t.l1d_lookup(1, 0x20_3000).map(|x| x.size), Some(PageSize::K4));
+        assert!(t.other_l1d_covers(1, 0x20_3000));
+    }
 }

@@ -262,11 +262,14 @@ impl Pipeline {
             mmu.tlbs.l1i.lookup(asid, va)
         } else {
             s.l1d_lookups += 1;
-            mmu.tlbs.l1d.iter_mut().find_map(|t| t.lookup(asid, va))
+            mmu.tlbs.l1d_lookup(asid, va)
         };
         if let Some(t) = hit {
             if M::CHECKED {
                 mmu.check(host, asid, va, t, "L1 TLB hit")?;
+                if !fetch && mmu.tlbs.other_l1d_covers(asid, va) {
+                    return Err(Error::Check(format!("two L1 D-TLBs hold ASID {asid} va {va:#x}")));
+                }
             }
             return Ok((t, 0));
         }

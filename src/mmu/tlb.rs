@@ -130,6 +130,14 @@ impl Tlb {
         None
     }
 
+    /// Whether an entry covers `va` (changes nothing).
+    pub fn covers(&self, asid: u16, va: u64) -> bool {
+        self.sizes[..self.nsizes].iter().any(|&size| {
+            let vpn = va >> size.shift();
+            self.arr.probe((vpn & self.set_mask) as usize, tag(vpn, asid, size)).is_some()
+        })
+    }
+
     /// Records the entry just made most recent in its set (a hit or a fill) as the shortcut's,
     /// if it is of the first size; otherwise forgets the shortcut, whose entry may share the set.
     #[inline(always)]
