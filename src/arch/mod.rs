@@ -140,9 +140,36 @@ macro_rules! nestable {
 }
 pub(crate) use nestable;
 
+/// The guest kinds, as `driver name => nested::Guest type`: every nestable driver composed with the
+/// host's walk, and the drivers that nest their own way (see [`nested::GUEST_ONLY`]).
+macro_rules! guests {
+    ($callback:ident) => {
+        $callback! {
+            radix => $crate::arch::nested::Composed<$crate::arch::radix::Radix>,
+            fpt => $crate::arch::nested::Composed<$crate::arch::fpt::Fpt>,
+            ecpt => $crate::arch::nested::Composed<$crate::arch::ecpt::Ecpt>,
+            arm64 => $crate::arch::nested::Composed<$crate::arch::arm64::Arm64>,
+            pomtlb => $crate::arch::pomtlb::PomTlbGuest,
+        }
+    };
+}
+pub(crate) use guests;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The dispatch lists agree with the names `guest@host` is checked against.
+    #[test]
+    fn guest_and_host_lists_agree_with_the_nestable_names() {
+        macro_rules! names {
+            ($($name:ident => $ty:ty,)*) => { vec![$(stringify!($name)),*] };
+        }
+        let hosts: Vec<&str> = nestable!(names);
+        let guests: Vec<&str> = guests!(names);
+        assert_eq!(hosts, nested::NESTABLE);
+        assert_eq!(guests, nested::NESTABLE.iter().chain(nested::GUEST_ONLY).copied().collect::<Vec<_>>());
+    }
 
     #[test]
     fn every_design_is_registered_once_under_its_driver() {

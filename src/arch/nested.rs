@@ -219,6 +219,28 @@ pub fn nest(guest: &'static Design, host: &'static Design) -> Result<&'static De
     })))
 }
 
+/// How a guest design's driver runs on a host driver `H`: composed with the host's walk
+/// ([`Composed`]), or nested its own way (POM-TLB's [`super::pomtlb::PomTlbGuest`]). The
+/// simulator monomorphises a nested run for each (guest kind, host driver) pair
+/// (`guests!` and `nestable!` in arch/mod.rs).
+pub trait Guest {
+    /// The driver of this guest on host driver `H`.
+    type On<H: Registered>: Driver;
+    /// Builds it from the guest's `arch` sections, the hypervisor's `host` section and the
+    /// guest's memory size, with the hypervisor's OS.
+    fn build<H: Registered>(arch: &ArchConfig, host: &HostConfig, guest_memory: u64, seed: u64) -> Result<Self::On<H>>;
+}
+
+/// Guest driver `G` composed with the host's walk: `Nested<G, H>`.
+pub struct Composed<G>(std::marker::PhantomData<G>);
+
+impl<G: Registered> Guest for Composed<G> {
+    type On<H: Registered> = Nested<G, H>;
+    fn build<H: Registered>(arch: &ArchConfig, host: &HostConfig, guest_memory: u64, seed: u64) -> Result<Nested<G, H>> {
+        Nested::from_config(&NestedConfig::new(arch, host, guest_memory), seed)
+    }
+}
+
 /// What a nested driver is built from.
 pub struct NestedConfig<G: Driver, H: Driver> {
     /// The guest driver's configuration.

@@ -27,7 +27,7 @@
 //! - Coherence: the POM-TLB is a TLB, so the OS's TLB shootdown invalidates it
 //!   ([`MemoryTlb::shootdown`]); checked mode compares every POM-TLB hit with the OS's truth.
 
-use super::nested::Nested;
+use super::nested::{Guest, HostConfig, Nested, NestedConfig};
 use super::radix::{Radix, RadixConfig};
 use super::{ArchConfig, Design, Registered};
 use crate::addr::PageSize;
@@ -48,6 +48,17 @@ pub trait PomWalker: Driver {
 }
 
 impl PomWalker for Radix {}
+
+/// POM-TLB's own nesting (`pomtlb@host`): the in-memory TLB in front of a radix guest's 2-D walks
+/// on host driver `H`.
+pub struct PomTlbGuest;
+
+impl Guest for PomTlbGuest {
+    type On<H: Registered> = PomTlb<Nested<Radix, H>>;
+    fn build<H: Registered>(arch: &ArchConfig, host: &HostConfig, guest_memory: u64, seed: u64) -> Result<PomTlb<Nested<Radix, H>>> {
+        PomTlb::from_config(&(arch.pomtlb.clone(), NestedConfig::new(arch, host, guest_memory)), seed)
+    }
+}
 
 impl<H: Driver> PomWalker for Nested<Radix, H> {
     fn with_array_memory<R>(&mut self, _env: &mut TdbEnv, f: impl FnOnce(&mut TdbEnv) -> R) -> R {

@@ -17,9 +17,7 @@ pub mod runaway;
 
 pub use progress::Show;
 
-use crate::arch::nested::{Nested, NestedConfig, Nesting, NESTABLE};
-use crate::arch::pomtlb::PomTlb;
-use crate::arch::radix::Radix;
+use crate::arch::nested::{Guest, Nesting, NESTABLE};
 use crate::arch::{Design, Registered};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -266,18 +264,15 @@ pub fn run_sources(
     // The one dispatch of a run: everything below is monomorphised for the driver (for a
     // nested design, for the guest and host drivers).
     if let Some(n) = design.nested {
-        if n.guest.driver == "pomtlb" {
-            return run_on_host::<PomTlbGuest>(design, n, cfg, sources, &progress);
-        }
         macro_rules! guest {
             ($($name:ident => $ty:ty,)*) => {
                 match n.guest.driver {
-                    $( stringify!($name) => run_on_host::<Composed<$ty>>(design, n, cfg, sources, &progress), )*
+                    $( stringify!($name) => run_on_host::<$ty>(design, n, cfg, sources, &progress), )*
                     other => Err(not_nestable(other)),
                 }
             };
         }
-        return crate::arch::nestable!(guest);
+        return crate::arch::guests!(guest);
     }
     macro_rules! dispatch {
         ($($name:ident => $ty:ty,)*) => {
@@ -331,36 +326,6 @@ fn not_nestable(driver: &str) -> Error {
     Error::Unknown { what: "nestable driver", name: driver.into(), known: NESTABLE.iter().map(|d| d.to_string()).collect() }
 }
 
-/// How a guest is built on a host driver: a nestable driver composed with [`Nested`], or
-/// POM-TLB's own nesting.
-trait Guest {
-    /// The driver of this guest on host driver `H`.
-    type On<H: Registered>: Driver;
-    /// Builds it, with the hypervisor's OS.
-    fn build<H: Registered>(cfg: &Config) -> Result<Self::On<H>>;
-}
-
-/// Guest driver `G` composed with the host's walk (`Nested<G, H>`).
-struct Composed<G>(std::marker::PhantomData<G>);
-
-impl<G: Registered> Guest for Composed<G> {
-    type On<H: Registered> = Nested<G, H>;
-    fn build<H: Registered>(cfg: &Config) -> Result<Nested<G, H>> {
-        Nested::from_config(&NestedConfig::new(&cfg.arch, &cfg.host, cfg.os.memory), cfg.seed)
-    }
-}
-
-/// POM-TLB's own nesting (`pomtlb@host`): the in-memory TLB in front of a radix guest's 2-D walks.
-struct PomTlbGuest;
-
-impl Guest for PomTlbGuest {
-    type On<H: Registered> = PomTlb<Nested<Radix, H>>;
-    fn build<H: Registered>(cfg: &Config) -> Result<PomTlb<Nested<Radix, H>>> {
-        let nested = NestedConfig::new(&cfg.arch, &cfg.host, cfg.os.memory);
-        PomTlb::from_config(&(cfg.arch.pomtlb.clone(), nested), cfg.seed)
-    }
-}
-
 /// Dispatches a nested design's host driver for guest `K`.
 fn run_on_host<K: Guest>(
     design: &Design,
@@ -372,7 +337,7 @@ fn run_on_host<K: Guest>(
     macro_rules! host {
         ($($name:ident => $ty:ty,)*) => {
             match n.host.driver {
-                $( stringify!($name) => run_with(design, cfg, K::build::<$ty>(cfg)?, sources, progress), )*
+                $( stringify!($name) => run_with(design, cfg, K::build::<$ty>(&cfg.arch, &cfg.host, cfg.os.memory, cfg.seed)?, sources, progress), )*
                 other => Err(not_nestable(other)),
             }
         };
