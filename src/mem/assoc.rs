@@ -79,6 +79,29 @@ mod sse2 {
         m | match_mask_scalar(rest, tag, tags.len() - rest.len())
     }
 
+    /// The largest of 8 (`hi`: 16) `u16` states and the lowest way holding it: `xor 0x8000` maps
+    /// their order onto SSE2's signed 16-bit max, three shuffles spread the maximum to every
+    /// lane, and one compare and movemask (two bits per lane) name its first way.
+    #[inline(always)]
+    pub(super) fn max_way(lo: &[u16; 8], hi: Option<&[u16; 8]>) -> (u16, usize) {
+        // SAFETY: SSE2 is baseline on x86_64; each load reads exactly the 16 bytes of one `[u16;
+        // 8]`. Checked against the scalar form by `mem::assoc::tests::vector_victim_equals_scalar`.
+        unsafe {
+            let flip = _mm_set1_epi16(i16::MIN);
+            let a = _mm_xor_si128(_mm_loadu_si128(lo.as_ptr().cast()), flip);
+            let b = hi.map_or(a, |h| _mm_xor_si128(_mm_loadu_si128(h.as_ptr().cast()), flip));
+            let mut m = _mm_max_epi16(a, b);
+            m = _mm_max_epi16(m, _mm_shuffle_epi32::<0b01_00_11_10>(m));
+            m = _mm_max_epi16(m, _mm_shuffle_epi32::<0b10_11_00_01>(m));
+            m = _mm_max_epi16(m, _mm_or_si128(_mm_slli_epi32::<16>(m), _mm_srli_epi32::<16>(m)));
+            let mut mask = _mm_movemask_epi8(_mm_cmpeq_epi16(a, m)) as u32;
+            if hi.is_some() {
+                mask |= (_mm_movemask_epi8(_mm_cmpeq_epi16(b, m)) as u32) << 16;
+            }
+            ((_mm_cvtsi128_si32(m) as u16) ^ 0x8000, mask.trailing_zeros() as usize / 2)
+        }
+    }
+
     #[inline(always)]
     pub(super) fn mask_u32(tags: &[u32], tag: u32) -> u64 {
         // SAFETY (both blocks): SSE2 register operations, baseline on x86_64.
@@ -162,31 +185,29 @@ pub fn check_ways(key: &str, ways: u64) -> crate::error::Result<()> {
     Ok(())
 }
 
-/// The largest victim key of a set's replacement states: the state above 15 bits of inverted way
-/// (`i32`: states are below 2^16 and ways at most [`MAX_WAYS`] = 2^15), so one max gives the
-/// largest state and, among equals, the lowest way. A max has no data-dependent exit (a search
-/// for the maximum's position mispredicts on its random way), and the common widths get a
-/// fixed-length loop the compiler turns into vector code.
+/// The largest of a set's replacement states and the lowest way holding it: the victim of both
+/// policies (their states put invalid ways above valid ones). A max has no data-dependent exit
+/// (a search for the maximum's position mispredicts on its random way). The common widths use
+/// SSE2 ([`sse2::max_way`]); the rest, and other targets, one max over `i32` keys: the state
+/// above 15 bits of inverted way (states are below 2^16 and ways at most [`MAX_WAYS`] = 2^15), so
+/// that the largest key is the largest state at its lowest way.
 #[inline(always)]
-fn max_key(meta: &[u16]) -> i32 {
-    #[inline(always)]
-    fn key(w: usize, m: u16) -> i32 {
-        i32::from(m) << 15 | (0x7FFF - w as i32)
-    }
-    #[inline(always)]
-    fn fixed<const N: usize>(meta: &[u16; N]) -> i32 {
-        let mut k = i32::MIN;
-        for (w, &m) in meta.iter().enumerate() {
-            k = k.max(key(w, m));
-        }
-        k
-    }
+fn max_way(meta: &[u16]) -> (u16, usize) {
+    #[cfg(target_arch = "x86_64")]
     match meta.len() {
-        16 => fixed::<16>(meta.try_into().expect("16 ways")),
-        8 => fixed::<8>(meta.try_into().expect("8 ways")),
-        4 => fixed::<4>(meta.try_into().expect("4 ways")),
-        _ => meta.iter().enumerate().map(|(w, &m)| key(w, m)).max().unwrap_or(0x7FFF),
+        16 => return sse2::max_way(meta[..8].try_into().expect("8 ways"), Some(meta[8..].try_into().expect("8 ways"))),
+        8 => return sse2::max_way(meta.try_into().expect("8 ways"), None),
+        _ => {}
     }
+    max_way_scalar(meta)
+}
+
+/// [`max_way`] as one max over keys (every width, and the reference the vector form is tested
+/// against).
+#[inline(always)]
+fn max_way_scalar(meta: &[u16]) -> (u16, usize) {
+    let key = meta.iter().enumerate().map(|(w, &m)| i32::from(m) << 15 | (0x7FFF - w as i32)).max().unwrap_or(0x7FFF);
+    ((key >> 15) as u16, (0x7FFF - (key & 0x7FFF)) as usize)
 }
 
 /// A set-associative array of tags with LRU or SRRIP replacement.
@@ -411,8 +432,7 @@ impl<T: Tag> SetAssoc<T> {
         // distinct. SRRIP: else "increment all RRPVs and retry until some way reaches 3" ends
         // after (3 - max) rounds with the first way holding the maximum as victim; do those rounds
         // in one pass (no way is invalid then). Both are one max over (state, lowest way) keys.
-        let key = max_key(meta);
-        let (max, way) = ((key >> 15) as u16, (0x7FFF - (key & 0x7FFF)) as usize);
+        let (max, way) = max_way(meta);
         if policy == Replacement::Srrip && max < RRPV_DISTANT {
             let age = RRPV_DISTANT - max;
             meta.iter_mut().for_each(|m| *m += age);
@@ -611,6 +631,25 @@ mod tests {
                 assert_eq!(u64::match_mask(&t64, tag64), match_mask_scalar(&t64, tag64, 0), "u64, {len} ways");
                 let t32: Vec<u32> = t64.iter().map(|&t| t as u32).collect();
                 assert_eq!(u32::match_mask(&t32, tag64 as u32), match_mask_scalar(&t32, tag64 as u32, 0), "u32, {len} ways");
+            }
+        }
+    }
+
+    /// The SSE2 victim search names the same state and way as the scalar one, for 8 and 16 ways
+    /// of random states, with ties (SRRIP) and with the invalid marks above 0x8000 (LRU).
+    #[test]
+    fn vector_victim_equals_scalar() {
+        let mut rng = crate::rng::Rng::new(11);
+        for ways in [8usize, 16] {
+            for _ in 0..20_000 {
+                let meta: Vec<u16> = (0..ways)
+                    .map(|_| match rng.below(3) {
+                        0 => rng.below(4) as u16,
+                        1 => INVALID_RANK + rng.below(ways as u64) as u16,
+                        _ => rng.next_u64() as u16,
+                    })
+                    .collect();
+                assert_eq!(max_way(&meta), max_way_scalar(&meta), "{meta:?}");
             }
         }
     }
