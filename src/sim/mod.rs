@@ -659,7 +659,7 @@ fn refill<D: Driver>(st: &mut Stream, sources: &mut [Source], os: &mut Os<D>) ->
     let (n, ended) = match &mut sources[st.proc] {
         Source::Workload(w) => (w.fill(st.thread, &mut st.buf, &mut ProcVm { os, asid: st.asid })?, true),
         Source::Trace(t, _, _) => {
-            let n = t.fill_thread(st.thread, &mut st.buf)?;
+            let n = t.fill_thread_vec(st.thread, &mut st.buf)?;
             (n, n > 0 || t.thread_done(st.thread))
         }
     };

@@ -58,6 +58,13 @@ pub trait AccessSource {
             Ok(0)
         }
     }
+    /// [`AccessSource::fill_thread`] into a buffer the source may exchange for one of its own
+    /// (same contents: the next accesses, `buf[..n]`): a source that already holds a decoded
+    /// batch hands it over instead of copying it ([`readahead::ReadAhead`]). `buf` may come back
+    /// with another length; everything beyond `n` is unspecified.
+    fn fill_thread_vec(&mut self, thread: usize, buf: &mut Vec<Access>) -> Result<usize> {
+        self.fill_thread(thread, buf)
+    }
     /// After `fill_thread(thread, ..)` returned 0: whether the thread has ended (true) or is
     /// only stalled (false).
     fn thread_done(&self, _thread: usize) -> bool {

@@ -4,7 +4,8 @@
 //! The reader thread owns the [`AccessSource`] and fills fixed-size batches of accesses; a
 //! bounded channel carries each full batch to the consumer, and a second channel carries the
 //! emptied batch back, so a fixed set of [`BUFFERS`] batches circulates and nothing is allocated
-//! per access. The stream the consumer sees is exactly the source's: the same accesses in the
+//! per access. A consumer that reads with [`AccessSource::fill_thread_vec`] (the simulator)
+//! gets each batch by exchanging its own buffer for it, so nothing is copied either. The stream the consumer sees is exactly the source's: the same accesses in the
 //! same order, then its end or its error, returned after every access decoded before it (as the
 //! readers themselves do, see [`super::BatchReader`]). Dropping the consumer disconnects both
 //! channels; the reader thread notices at its next send or receive, at most one batch later, and
@@ -15,9 +16,10 @@ use crate::error::{Error, Result};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
 use std::thread::JoinHandle;
 
-/// Accesses per batch: large enough that the channel costs nothing per access, small enough
-/// that the batches in flight stay in the host's caches.
-pub const BATCH: usize = 8192;
+/// Accesses per batch: large enough that the channel, and the wake-up of the reader thread when
+/// a batch comes back, cost nothing per access (8192 spent 4 % of the simulating thread on
+/// futex wake-ups; docs/performance.md, "Trace replay").
+pub const BATCH: usize = 32768;
 /// Batches in circulation: how far the reader thread may run ahead of the consumer.
 pub const BUFFERS: usize = 4;
 
@@ -25,7 +27,7 @@ pub const BUFFERS: usize = 4;
 enum Msg {
     /// A batch whose first `.1` accesses are valid, and the source's
     /// [`AccessSource::bytes_read`] after filling it.
-    Batch(Box<[Access]>, usize, Option<(u64, u64)>),
+    Batch(Vec<Access>, usize, Option<(u64, u64)>),
     /// The source ended (`None`) or failed; nothing follows.
     End(Option<Error>),
 }
@@ -33,7 +35,7 @@ enum Msg {
 /// The consumer's ends of the two channels.
 struct Link {
     full: Receiver<Msg>,
-    free: Sender<Box<[Access]>>,
+    free: Sender<Vec<Access>>,
 }
 
 /// An [`AccessSource`] read ahead on a thread of its own; see the module documentation.
@@ -41,7 +43,7 @@ pub struct ReadAhead {
     link: Option<Link>,
     thread: Option<JoinHandle<()>>,
     /// The batch being handed out: `cur[pos..len]` are not handed out yet.
-    cur: Option<Box<[Access]>>,
+    cur: Option<Vec<Access>>,
     pos: usize,
     len: usize,
     /// The stream ended or failed; `failed` holds an error still to be returned.
@@ -58,15 +60,18 @@ impl ReadAhead {
     pub fn spawn(mut src: Box<dyn AccessSource + Send>) -> ReadAhead {
         let (total_instrs, total_accesses, bytes_read) = (src.total_instrs(), src.total_accesses(), src.bytes_read());
         let (full_tx, full_rx) = sync_channel(BUFFERS);
-        let (free_tx, free_rx) = channel::<Box<[Access]>>();
+        let (free_tx, free_rx) = channel::<Vec<Access>>();
         for _ in 0..BUFFERS {
-            free_tx.send(vec![Access::default(); BATCH].into_boxed_slice()).expect("the receiver is alive");
+            free_tx.send(vec![Access::default(); BATCH]).expect("the receiver is alive");
         }
         let thread = std::thread::Builder::new()
             .name("xlate-trace-reader".into())
             .spawn(move || {
                 // Ends when the consumer is gone (either channel disconnected) or the source is.
                 for mut buf in free_rx {
+                    // A buffer the consumer swapped in (`fill_thread_vec`) may be shorter: every
+                    // batch is BATCH long (this grows each of the few buffers once, not per batch).
+                    buf.resize(BATCH, Access::default());
                     let msg = match src.fill(&mut buf) {
                         Ok(0) => Msg::End(None),
                         Ok(n) => Msg::Batch(buf, n, src.bytes_read()),
@@ -152,6 +157,25 @@ impl AccessSource for ReadAhead {
         }
     }
 
+    /// Hands a whole unread batch over by exchanging it for `buf` (which goes back to the
+    /// reader thread as a free buffer): no copy. A batch partly handed out by `fill` is copied.
+    fn fill_thread_vec(&mut self, thread: usize, buf: &mut Vec<Access>) -> Result<usize> {
+        if thread != 0 {
+            return Ok(0);
+        }
+        if self.failed.is_none() && self.pos == self.len && !self.ended {
+            self.next_batch();
+        }
+        match self.cur.as_mut() {
+            Some(cur) if self.pos == 0 && self.len > 0 => {
+                std::mem::swap(cur, buf);
+                self.pos = self.len;
+                Ok(self.len)
+            }
+            _ => self.fill(buf),
+        }
+    }
+
     fn total_instrs(&self) -> Option<u64> {
         self.total_instrs
     }
@@ -218,14 +242,37 @@ mod tests {
         }
     }
 
-    /// Reads `path` directly and read ahead, through buffer sizes below, at and above [`BATCH`];
-    /// all must agree. Returns what was read.
+    /// Like [`drain`], but every other call is [`AccessSource::fill_thread_vec`], which swaps
+    /// whole batches in, so both the swap and the copy of a partly handed-out batch are used.
+    fn drain_swapping(src: &mut dyn AccessSource, chunk: usize) -> (Vec<Access>, Option<String>) {
+        let mut out = Vec::new();
+        let mut buf = vec![Access::default(); chunk];
+        for call in 0.. {
+            let got = if call % 2 == 0 {
+                src.fill_thread_vec(0, &mut buf)
+            } else {
+                buf.resize(chunk, Access::default());
+                src.fill(&mut buf)
+            };
+            match got {
+                Ok(0) => return (out, None),
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(e) => return (out, Some(e.to_string())),
+            }
+        }
+        unreachable!()
+    }
+
+    /// Reads `path` directly and read ahead, through buffer sizes below, at and above [`BATCH`],
+    /// by copies and by swapped batches; all must agree. Returns what was read.
     fn same_both_ways(path: &Path) -> (Vec<Access>, Option<String>) {
         let want = drain(&mut *open_direct(path, true).unwrap(), 4096);
         for chunk in [1, 7, 1000, BATCH, BATCH + 1, 3 * BATCH + 5] {
             assert_eq!(drain(&mut *open_direct(path, true).unwrap(), chunk), want, "direct, chunk {chunk}");
             let mut ahead = ReadAhead::spawn(open_direct(path, true).unwrap());
             assert_eq!(drain(&mut ahead, chunk), want, "read ahead, chunk {chunk}");
+            let mut swapping = ReadAhead::spawn(open_direct(path, true).unwrap());
+            assert_eq!(drain_swapping(&mut swapping, chunk), want, "read ahead swapping batches, chunk {chunk}");
             // After the end or the error, the stream stays ended.
             assert_eq!(ahead.fill(&mut [Access::default(); 4]).unwrap(), 0);
         }
