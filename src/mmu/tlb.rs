@@ -62,6 +62,10 @@ pub struct Tlb {
     /// accesses of a sequential workload are such re-hits).
     mru: u64,
     mru_slot: usize,
+    /// Valid entries of each page size ([`PageSize::index`]). A lookup skips the probe of a size
+    /// it holds no entry of: that probe could only miss, and a miss changes nothing (exact; a
+    /// 4K+2M L2 TLB of a run without huge pages probes one set per lookup, not two).
+    held: [u32; PageSize::COUNT],
     /// Lookup latency in cycles.
     pub latency: u32,
 }
@@ -92,6 +96,7 @@ impl Tlb {
             set_mask: sets as u64 - 1,
             mru: INVALID_TAG,
             mru_slot: 0,
+            held: [0; PageSize::COUNT],
             latency: cfg.latency,
         }
     }
@@ -118,6 +123,9 @@ impl Tlb {
         }
         for i in 0..self.nsizes {
             let size = self.sizes[i];
+            if self.held[size.index()] == 0 {
+                continue;
+            }
             let vpn = va >> size.shift();
             let set = (vpn & self.set_mask) as usize;
             let tg = tag(vpn, asid, size);
@@ -176,7 +184,11 @@ impl Tlb {
         let tg = tag(vpn, asid, t.size);
         // Callers fill only after this TLB missed, so the entry is absent (no probe on the hot path).
         debug_assert!(self.arr.probe(set, tg).is_none(), "TLB filled twice with {va:#x}");
-        let (way, _) = self.arr.insert(set, tg);
+        let (way, evicted) = self.arr.insert(set, tg);
+        self.held[t.size.index()] += 1;
+        if let Some(old) = evicted {
+            self.held[(old & 7) as usize] -= 1;
+        }
         let slot = self.arr.slot(set, way);
         self.pbase[slot] = t.pbase;
         self.note_mru(if t.size == self.sizes[0] { 0 } else { 1 }, tg, slot);
@@ -194,24 +206,30 @@ impl Tlb {
             if probes <= self.arr.sets() as u64 {
                 let mut n = 0;
                 for &size in &self.sizes[..self.nsizes] {
+                    let before = n;
                     for vpn in start >> size.shift()..=(end - 1) >> size.shift() {
                         n += usize::from(self.arr.invalidate((vpn & self.set_mask) as usize, tag(vpn, asid, size)));
                     }
+                    self.held[size.index()] -= (n - before) as u32;
                 }
                 return n;
             }
         }
+        let held = &mut self.held;
         self.arr.invalidate_if(|t| {
             let a = ((t >> 3) & 0xffff) as u16;
             let size = PageSize::ALL[(t & 7) as usize];
             let va = (t >> 19) << size.shift();
-            a == asid && va < end && va + size.bytes() > start
+            let hit = a == asid && va < end && va + size.bytes() > start;
+            held[size.index()] -= u32::from(hit);
+            hit
         })
     }
 
     /// Drops everything (a non-PCID context switch).
     pub fn flush(&mut self) {
         self.mru = INVALID_TAG;
+        self.held = [0; PageSize::COUNT];
         self.arr.clear();
     }
 }
@@ -285,6 +303,37 @@ mod tests {
         assert_eq!(tlb.lookup(1, 0x40_1000).unwrap().size, PageSize::M2);
         assert_eq!(tlb.invalidate(1, 0, 0x1000), 1);
         assert!(tlb.lookup(1, 0).is_none(), "an invalidated entry must not re-hit");
+    }
+
+    /// The per-size counts that let a lookup skip a size match the entries really held, after
+    /// random fills (with evictions), small and large invalidations and flushes.
+    #[test]
+    fn held_counts_follow_the_entries() {
+        let cfg = TlbConfig::new(32, 4, 1, &[PageSize::K4, PageSize::M2, PageSize::G1]);
+        let mut tlb = Tlb::new(&cfg);
+        let mut rng = crate::rng::Rng::new(3);
+        for step in 0..20_000 {
+            let va = rng.below(1 << 33);
+            let asid = 1 + rng.below(2) as u16;
+            match rng.below(20) {
+                0 => {
+                    tlb.invalidate(asid, va, va + 1 + rng.below(1 << 22));
+                }
+                1 => {
+                    tlb.invalidate(asid, va, va + (1 << 32));
+                }
+                2 if step % 50 == 0 => tlb.flush(),
+                _ => {
+                    let size = [PageSize::K4, PageSize::K4, PageSize::M2, PageSize::G1][rng.below(4) as usize];
+                    if tlb.lookup(asid, va).is_none() {
+                        tlb.insert(asid, va, Translation { pbase: va & !size.offset_mask(), size });
+                    }
+                }
+            }
+            let mut counted = [0u32; PageSize::COUNT];
+            tlb.for_each_tag(|t| counted[(t & 7) as usize] += 1);
+            assert_eq!(tlb.held, counted, "step {step}");
+        }
     }
 
     /// A small-range invalidation (probing sets) leaves exactly the state of the whole-TLB scan.
