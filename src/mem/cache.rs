@@ -198,6 +198,12 @@ impl<T: Tag> Cache<T> {
         self.latency
     }
 
+    /// Number of sets.
+    #[inline]
+    pub fn sets(&self) -> usize {
+        self.tags.sets()
+    }
+
     /// Capacity in lines.
     pub fn capacity_lines(&self) -> u64 {
         (self.tags.sets() * self.tags.ways()) as u64

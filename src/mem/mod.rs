@@ -304,8 +304,21 @@ impl MemHierarchy {
         let first = paddr >> LINE_SHIFT;
         let end = (paddr.saturating_add(bytes - 1) >> LINE_SHIFT) + 1;
         let mut removed = 0;
-        for c in self.l1.iter_mut().chain(self.l2.iter_mut()).chain(self.llc.iter_mut()) {
+        for c in self.l1.iter_mut().chain(self.l2.iter_mut()) {
             removed += c.invalidate_range(first, end);
+        }
+        // A line lives only in its own LLC slice: with several slices, a range smaller than a
+        // slice's sets probes each line in that slice alone (removing lines in another order
+        // leaves the same state); a larger one scans every slice.
+        if self.llc.len() > 1 && end - first <= self.llc[0].sets() as u64 {
+            for line in first..end {
+                let slice = self.llc_slice(line);
+                removed += self.llc[slice].invalidate_range(line, line + 1);
+            }
+        } else {
+            for c in &mut self.llc {
+                removed += c.invalidate_range(first, end);
+            }
         }
         self.flushed_lines += removed;
     }
