@@ -547,6 +547,38 @@ mod tests {
         h.flush_range(0, 0);
     }
 
+    /// With per-core LLC slices, a page flush probes each line in its own slice only; it must
+    /// remove exactly what flushing every slice removes, and leave the same state.
+    #[test]
+    fn sliced_flush_equals_flushing_every_slice() {
+        let cfg = MemConfig { llc_per_core: true, ..MemConfig::default() };
+        let mut rng = crate::rng::Rng::new(5);
+        let (mut a, mut b) = (MemHierarchy::new(&cfg, 3, GHZ), MemHierarchy::new(&cfg, 3, GHZ));
+        assert_eq!(a.llc.len(), 3);
+        for _ in 0..20_000 {
+            let (core, paddr, write) = (rng.below(3) as usize, rng.below(1 << 16) << 6, rng.below(2) == 0);
+            a.access(core, paddr, false, write, Level::L1);
+            b.access(core, paddr, false, write, Level::L1);
+        }
+        let page = 0x20_0000;
+        a.flush_range(page, 4096);
+        let (first, end) = (page >> LINE_SHIFT, (page + 4096) >> LINE_SHIFT);
+        let mut removed = 0;
+        for c in b.l1.iter_mut().chain(b.l2.iter_mut()).chain(b.llc.iter_mut()) {
+            removed += c.invalidate_range(first, end);
+        }
+        assert!(removed > 0);
+        assert_eq!(a.flushed_lines, removed);
+        for line in (0..1u64 << 16).step_by(7) {
+            let core = (line % 3) as usize;
+            assert_eq!(
+                a.access(core, line << 6, false, false, Level::L1),
+                b.access(core, line << 6, false, false, Level::L1),
+                "line {line:#x}"
+            );
+        }
+    }
+
     #[test]
     fn per_core_llc_slices_any_core_count() {
         let cfg = MemConfig { llc: CacheConfig { size: 4096, ways: 2, latency: 35, policy: Replacement::Lru }, ..MemConfig::default() };
