@@ -241,6 +241,11 @@ pub struct Os<D: Driver> {
     stale_wc: Vec<(u64, u64)>,
     /// Pages being copied: (VPN << 16 | ASID) → cycle the copy ends.
     busy: IntMap<f64>,
+    /// No copy in `busy` ends after this cycle: an access at or after it stalls on none, and
+    /// skips the lookup. Expired entries stay in `busy` until the next tick, which can be a
+    /// million accesses later, so without this every translation would probe a map of all the
+    /// epoch's migrations.
+    busy_until: f64,
     /// Resident pages in mapping order (asid, va, size, pa), for the swap victim choice.
     resident: VecDeque<(u16, u64, PageSize, u64)>,
     /// Frames mapped by more than one address space (fork): physical base → mappings.
@@ -307,6 +312,7 @@ impl<D: Driver> Os<D> {
             khuge_cursor: (0, 0),
             stale_wc: Vec::new(),
             busy: IntMap::default(),
+            busy_until: f64::NEG_INFINITY,
             resident: VecDeque::new(),
             sharers: IntMap::default(),
             cow: IntMap::default(),
@@ -515,6 +521,7 @@ impl<D: Driver> Os<D> {
         self.stats.policy_ms = now_ms as u64;
         let now = self.now;
         self.busy.retain(|_, until| *until > now);
+        self.busy_until = self.busy.values().copied().fold(f64::NEG_INFINITY, f64::max);
         self.migrate_requested()?;
         // A policy works through the OS, so it is taken out while it runs.
         let mut ps = std::mem::take(&mut self.promoters);

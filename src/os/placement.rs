@@ -164,7 +164,7 @@ impl<D: Driver> Os<D> {
                     self.cost.add_to(Func::Alloc, Event::Page, 1);
                     let va = v.va + i * 4096;
                     self.install(v.asid, va, pfn.addr(), PageSize::K4, o.prot)?;
-                    self.busy.insert(busy_key(v.asid, va), now + copy * size.base_pages() as f64);
+                    self.mark_busy(v.asid, va, now + copy * size.base_pages() as f64);
                 }
                 self.free_frame(o.pa, size)?;
                 self.shootdown(v.asid, v.va, v.va + size.bytes());
@@ -195,7 +195,7 @@ impl<D: Driver> Os<D> {
         self.pending_flush.push((o.pa, size.bytes()));
         let copy = self.cfg.migration.copy_cycles * size.base_pages() as f64;
         self.cost.add_fixed_cycles(copy as u64);
-        self.busy.insert(busy_key(asid, va), self.now + copy);
+        self.mark_busy(asid, va, self.now + copy);
         Ok(())
     }
 
@@ -250,11 +250,18 @@ impl<D: Driver> Os<D> {
         Ok(())
     }
 
+    /// Records that the page at `va` of `asid` is being copied until cycle `until`.
+    fn mark_busy(&mut self, asid: u16, va: u64, until: f64) {
+        self.busy.insert(busy_key(asid, va), until);
+        self.busy_until = self.busy_until.max(until);
+    }
+
     /// The cycles an access that just translated `va` (to `t`) at cycle `now` waits because the
     /// OS is still copying that page; counted in the stats.
     #[inline]
     pub fn migration_stall(&mut self, asid: u16, va: u64, t: Translation, now: f64) -> u32 {
-        if self.busy.is_empty() {
+        // Every copy has ended by `now` (exact: each entry's end is at most `busy_until`).
+        if self.busy.is_empty() || now >= self.busy_until {
             return 0;
         }
         match self.busy.get(&busy_key(asid, t.size.align_down(va))) {
@@ -274,6 +281,7 @@ impl<D: Driver> Os<D> {
         self.pending.clear();
         self.pending_flush.clear();
         self.busy.clear();
+        self.busy_until = f64::NEG_INFINITY;
     }
 
     /// Moves the pages the driver asked for ([`crate::tapi::MigrationPolicy::take_migrations`]) to the frames it
