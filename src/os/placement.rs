@@ -314,3 +314,49 @@ impl<D: Driver> Os<D> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::radix::{Radix, RadixConfig};
+    use crate::os::{MapFlags, OsConfig};
+
+    /// A moved page stalls the accesses that translate it until its copy ends, and no others;
+    /// the end of the latest copy lets every later access skip the lookup (`busy_until`), with
+    /// the same answers as the lookup.
+    #[test]
+    fn migration_stalls_end_with_the_copy() {
+        let cfg = OsConfig { memory: 64 << 20, ..OsConfig::default() };
+        let mut os = Os::boot(Radix::new(&RadixConfig::default()), &cfg, 1).unwrap();
+        let a = os.spawn(false).unwrap();
+        let base = os.mmap(a, 1 << 20, MapFlags::default()).unwrap();
+        for i in 0..4 {
+            os.fault(a, base + i * 4096).unwrap();
+        }
+        let copy = os.cfg.migration.copy_cycles;
+        assert!(copy >= 2.0);
+        let t = |os: &Os<Radix>, va: u64| os.truth(a, va).unwrap();
+        os.now = 1000.0;
+        let to = os.phys.alloc(0).unwrap().addr();
+        os.relocate(a, base, PageSize::K4, to).unwrap();
+        os.now = 1500.0;
+        let to = os.phys.alloc(0).unwrap().addr();
+        os.relocate(a, base + 4096, PageSize::K4, to).unwrap();
+        assert_eq!(os.busy_until, 1500.0 + copy);
+        let (t0, t1, t2) = (t(&os, base), t(&os, base + 4096), t(&os, base + 8192));
+        assert_eq!(os.migration_stall(a, base + 8, t0, 1000.0 + copy - 2.0), 2);
+        assert_eq!(os.migration_stall(a, base + 8, t0, 1000.0 + copy), 0, "the first copy has ended");
+        assert_eq!(os.migration_stall(a, base + 8192, t2, 1001.0), 0, "a page not being moved");
+        assert_eq!(os.migration_stall(a, base + 4096, t1, 1500.0 + copy - 1.0), 1);
+        // From the latest end on, nothing stalls (the shortcut) and the map is not consulted.
+        assert_eq!(os.migration_stall(a, base + 4096, t1, 1500.0 + copy), 0);
+        assert_eq!((os.stats.migration_stalled_accesses, os.stats.migration_stall_cycles), (2, 3));
+        // A tick drops the ended copies and lowers the bound to the copies still running.
+        os.now = 1000.0 + copy;
+        os.tick(0.0).unwrap();
+        assert_eq!((os.busy.len(), os.busy_until), (1, 1500.0 + copy));
+        os.now = 1500.0 + copy;
+        os.tick(0.0).unwrap();
+        assert!(os.busy.is_empty() && os.busy_until == f64::NEG_INFINITY);
+    }
+}
