@@ -496,6 +496,28 @@ impl<T: Tag> SetAssoc<T> {
         }
     }
 
+    /// Calls `f(set, way)` for each of the `n` consecutive sets from `first` that holds `tag`,
+    /// in set order; changes nothing itself. For removing a run of lines that share their tag
+    /// (a page's lines in consecutive sets): one pass over the run's contiguous words instead of
+    /// a lookup per line.
+    #[inline]
+    pub fn probe_run(&self, first: usize, n: usize, tag: T, mut f: impl FnMut(usize, usize)) {
+        let run = &self.data[first * self.stride..(first + n) * self.stride];
+        for (k, words) in run.chunks_exact(self.stride).enumerate() {
+            let tags = &bytemuck::cast_slice::<u64, T>(&words[..self.tag_words])[..self.ways];
+            let way = match tags.len() {
+                16 => Some(T::match_mask(<&[T; 16]>::try_from(tags).expect("16 ways"), tag)),
+                8 => Some(T::match_mask(<&[T; 8]>::try_from(tags).expect("8 ways"), tag)),
+                w if w <= 64 => Some(T::match_mask(tags, tag)),
+                _ => None,
+            }
+            .map_or_else(|| tags.iter().position(|&t| t == tag), |m| (m != 0).then(|| m.trailing_zeros() as usize));
+            if let Some(way) = way {
+                f(first + k, way);
+            }
+        }
+    }
+
     /// Host prefetch of `set`'s tags and replacement state (its first and last words); no
     /// simulated effect.
     #[inline(always)]

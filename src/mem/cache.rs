@@ -345,7 +345,27 @@ impl<T: Tag> Cache<T> {
     pub fn invalidate_range(&mut self, first_line: u64, end_line: u64) -> u64 {
         let n = end_line.saturating_sub(first_line);
         let mut removed = 0;
-        if n <= self.tags.sets() as u64 {
+        if n > 0 && n <= self.tags.sets() as u64 && first_line >> self.set_bits == (end_line - 1) >> self.set_bits {
+            // One tag over consecutive sets (a page's lines): one pass over the run's sets, in
+            // batches whose hits are removed after the pass (the same removals, in set order).
+            let tag = self.tag_of(first_line);
+            let first_set = self.set_of(first_line);
+            let mut done = 0;
+            while done < n as usize {
+                let len = (n as usize - done).min(64);
+                let (mut found, mut m) = ([(0usize, 0usize); 64], 0);
+                self.tags.probe_run(first_set + done, len, tag, |set, way| {
+                    found[m] = (set, way);
+                    m += 1;
+                });
+                for &(set, way) in &found[..m] {
+                    self.forget_slot(self.tags.slot(set, way));
+                    self.tags.invalidate_way(set, way);
+                }
+                removed += m as u64;
+                done += len;
+            }
+        } else if n <= self.tags.sets() as u64 {
             for line in first_line..end_line {
                 let set = self.set_of(line);
                 if let Some(way) = self.tags.probe(set, self.tag_of(line)) {
@@ -424,6 +444,34 @@ mod tests {
         let cfg = CacheConfig { size: 256, ways: 2, latency: 3, policy: Replacement::Lru };
         cfg.validate("t").unwrap();
         Cache::new(&cfg)
+    }
+
+    /// A page's lines (one tag over consecutive sets) are removed in one pass over the run of
+    /// sets; the result equals removing them line by line, for 8- and 16-way LRU and SRRIP
+    /// caches and runs that start anywhere in the sets, including the last 64 lines' sets.
+    #[test]
+    fn run_flush_equals_line_by_line() {
+        let mut rng = crate::rng::Rng::new(9);
+        for (ways, policy) in [(8, Replacement::Lru), (16, Replacement::Srrip), (4, Replacement::Lru)] {
+            let cfg = CacheConfig { size: 64 * 256 * ways as u64, ways, latency: 1, policy };
+            let (mut a, mut b) = (Cache::<u32>::new(&cfg), Cache::<u32>::new(&cfg));
+            for round in 0..200 {
+                for _ in 0..2000 {
+                    let (line, write) = (rng.below(1 << 12), rng.below(2) == 0);
+                    assert_eq!(a.access(line, false, write), b.access(line, false, write));
+                }
+                let first = rng.below(1 << 12) & !63;
+                let end = first + 1 + rng.below(64);
+                let removed = a.invalidate_range(first, end);
+                let mut by_line = 0;
+                for line in first..end {
+                    by_line += u64::from(b.contains(line));
+                    b.invalidate(line);
+                }
+                assert_eq!(removed, by_line, "{ways} ways, round {round}");
+                assert_eq!((a.valid_lines(), a.translation_lines()), (b.valid_lines(), b.translation_lines()));
+            }
+        }
     }
 
     /// The re-hit shortcut answers only for the line that is really the most recent of its set:
