@@ -320,7 +320,12 @@ impl<T: Tag> SetAssoc<T> {
     /// hit's way, which is random (docs/performance.md, "Branch-free set search").
     #[inline(always)]
     fn find(&self, set: usize, tag: T) -> Option<usize> {
-        let tags = self.set_tags(set);
+        Self::find_in(self.set_tags(set), tag)
+    }
+
+    /// The way of a set's `tags` holding `tag`, as [`SetAssoc::find`] searches it.
+    #[inline(always)]
+    fn find_in(tags: &[T], tag: T) -> Option<usize> {
         if tags.len() > 64 {
             return tags.iter().position(|&t| t == tag);
         }
@@ -505,14 +510,7 @@ impl<T: Tag> SetAssoc<T> {
         let run = &self.data[first * self.stride..(first + n) * self.stride];
         for (k, words) in run.chunks_exact(self.stride).enumerate() {
             let tags = &bytemuck::cast_slice::<u64, T>(&words[..self.tag_words])[..self.ways];
-            let way = match tags.len() {
-                16 => Some(T::match_mask(<&[T; 16]>::try_from(tags).expect("16 ways"), tag)),
-                8 => Some(T::match_mask(<&[T; 8]>::try_from(tags).expect("8 ways"), tag)),
-                w if w <= 64 => Some(T::match_mask(tags, tag)),
-                _ => None,
-            }
-            .map_or_else(|| tags.iter().position(|&t| t == tag), |m| (m != 0).then(|| m.trailing_zeros() as usize));
-            if let Some(way) = way {
+            if let Some(way) = Self::find_in(tags, tag) {
                 f(first + k, way);
             }
         }
