@@ -101,6 +101,10 @@ enum Cmd {
         /// Workloads to measure, comma-separated (default: gups, stream, bfs).
         #[arg(long, value_delimiter = ',')]
         workloads: Option<Vec<String>>,
+        /// Override any config key in every benchmark, after the benchmark's own workload
+        /// settings (e.g. --set workload.params.table=64M).
+        #[arg(long = "set", short = 's')]
+        sets: Vec<String>,
     },
     /// Re-run a paper's comparisons and print our numbers beside the paper's (`emt`, ...).
     Reproduce {
@@ -360,7 +364,7 @@ fn peak_rss(reset: bool) -> Option<u64> {
     Some(kib << 10)
 }
 
-fn bench(accesses: u64, designs: Option<Vec<String>>, workloads: Option<Vec<String>>) -> Result<()> {
+fn bench(accesses: u64, designs: Option<Vec<String>>, workloads: Option<Vec<String>>, extra: &[String]) -> Result<()> {
     // The default nested pair runs on GUPS only (the other workloads add nothing its walk does
     // not show); designs the user names run on every workload.
     let nested_gups_only = designs.is_none();
@@ -379,6 +383,7 @@ fn bench(accesses: u64, designs: Option<Vec<String>>, workloads: Option<Vec<Stri
             }
             let mut sets = vec![format!("workload.name=\"{wl}\"")];
             sets.extend(bench_params(wl, accesses));
+            sets.extend(extra.iter().cloned());
             let cfg = Layers { sets, ..Layers::default() }.resolve(Some(arch::lookup(design)?))?;
             peak_rss(true);
             let r = sim::run(arch::lookup(design)?, &cfg, &[], false)?;
@@ -567,7 +572,7 @@ fn real_main() -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Bench { accesses, designs, workloads } => bench(accesses, designs, workloads),
+        Cmd::Bench { accesses, designs, workloads, sets } => bench(accesses, designs, workloads, &sets),
         Cmd::Reproduce { study, list, sets, json, quiet, out, force } => {
             if list {
                 for s in xlate::reproduce::STUDIES {
