@@ -9,7 +9,9 @@
 //! 3. The OS against the ground truth: random mmap / touch / munmap (partial too) / madvise +
 //!    khugepaged / tick sequences, after each of which `find`, the hardware walk and the side
 //!    lookup agree with `Os::truth` for sampled addresses of every live VMA and of unmapped holes.
-//! 4. Every design (not only every driver) maps and walks an 8 MiB region on the small machine.
+//! 4. Every design (not only every driver) maps and walks an 8 MiB region on the small machine,
+//!    and where its driver has a host prefetch, the entry it names is one the walk of a 4 KiB
+//!    page reads.
 //!
 //! Seeds are fixed; `XLATE_CONFORMANCE_SEED=n` runs other random inputs.
 //!
@@ -269,6 +271,8 @@ struct Hw {
     side: Option<Translation>,
     walk: Option<Translation>,
     walk_refs: u32,
+    /// Addresses the walk read.
+    walk_reads: Vec<u64>,
     violation: Option<&'static str>,
 }
 
@@ -282,7 +286,14 @@ fn hw<D: Driver>(d: &mut D, s: &mut D::Space, wc: &mut D::WalkCache, asid: u16, 
     plan.clear();
     let walk = d.walk(s, wc, asid, va, &mut plan);
     violation = violation.or(plan.violation);
-    Hw { va, side, walk, walk_refs: plan.refs.len() as u32, violation }
+    Hw {
+        va,
+        side,
+        walk,
+        walk_refs: plan.refs.len() as u32,
+        walk_reads: plan.refs.iter().filter(|r| !r.write).map(|r| r.paddr).collect(),
+        violation,
+    }
 }
 
 /// Checks the hardware's answer against the expected translation: a side hit must be right, a
@@ -917,8 +928,14 @@ fn design_smoke<D: Registered>(design: &str, cfg: &Config) {
         let truth = os.truth(asid, va);
         assert_eq!(truth.is_some(), va < start + len, "{design}: {va:#x}: populated iff inside the VMA");
         let Os { driver, procs, .. } = &mut os;
+        let entry = driver.prefetch(&procs[asid as usize].space, va);
         let h = hw(driver, &mut procs[asid as usize].space, &mut wc, asid, va);
         check_hw(&h, truth, &|| format!("{design}: va {va:#x}"));
+        // The host prefetch names an entry the walk of a 4 KiB page reads (the simulated cache
+        // sets the loop prefetches for it are then ones the walk uses).
+        if let (Some(e), Some(t)) = (entry, h.walk.filter(|t| t.size == PageSize::K4)) {
+            assert!(h.walk_reads.contains(&e), "{design}: va {va:#x}: prefetch named {e:#x}, not read by the walk to {t:?}");
+        }
         va += K4;
     }
 }
