@@ -12,6 +12,7 @@
 //! and DRAM see the cores' accesses interleaved in time order (to within a chunk).
 
 pub mod accel;
+pub mod prefetch_tuner;
 pub mod progress;
 pub mod runaway;
 
@@ -490,9 +491,11 @@ fn access_loop<D: Driver, M: Mode>(
     let mut warm = cfg.sim.warmup_accesses == 0;
     let limit = if cfg.sim.max_accesses == 0 { u64::MAX } else { cfg.sim.max_accesses };
     let ms_per_cycle = 1.0 / (cfg.core.ghz * 1e6);
+    let mut tuner = prefetch_tuner::PrefetchTuner::default();
     while let Some(c) = next_core(cores, streams) {
         let mut n = 0;
         let mut stalls = 0;
+        let (prefetch, chunk_start) = (tuner.enabled(), Instant::now());
         // Warm-up ends at exactly its access, not at the next epoch.
         let stop = if warm { limit } else { cfg.sim.warmup_accesses.min(limit) };
         while n < CHUNK && total < stop {
@@ -524,11 +527,11 @@ fn access_loop<D: Driver, M: Mode>(
             st.pos += 1;
             // Two accesses ahead, where the page changes, start the host loads its walk (with a
             // perfect TLB, its ground-truth lookup) will make (a hint: no simulated effect;
-            // docs/performance.md, "Host prefetch").
-            if st.pos + 1 < st.len && (st.buf[st.pos].vaddr ^ st.buf[st.pos + 1].vaddr) >> 12 != 0 {
+            // docs/performance.md, "Host prefetch"), in the chunks the tuner runs it in.
+            if prefetch && st.pos + 1 < st.len && (st.buf[st.pos].vaddr ^ st.buf[st.pos + 1].vaddr) >> 12 != 0 {
                 prefetch_walk::<D, Additive, M>(eng, c, &st.buf[st.pos + 1]);
             }
-            if D::PREFETCHES_FRAME && st.pos < st.len && (st.buf[st.pos].vaddr ^ a.vaddr) >> 12 != 0 {
+            if D::PREFETCHES_FRAME && prefetch && st.pos < st.len && (st.buf[st.pos].vaddr ^ a.vaddr) >> 12 != 0 {
                 prefetch_frame(eng, c, &st.buf[st.pos]);
             }
             step::<D, Additive, M>(eng, core, c, &a)?;
@@ -551,6 +554,7 @@ fn access_loop<D: Driver, M: Mode>(
             n += 1;
             total += 1;
         }
+        tuner.record(n, chunk_start.elapsed());
         if !warm && total >= cfg.sim.warmup_accesses {
             // Everything the results count restarts here; the machine's state (TLBs, caches,
             // page tables, memory) stays warm (docs/results-schema.md).
