@@ -118,6 +118,20 @@ pub enum SetRead {
     FirstLine,
 }
 
+/// Where in memory the line a probe reads (and a fill writes) lies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeAddress {
+    /// The addressed set's own line(s) in the array (the POM-TLB paper, Virtuoso).
+    Set,
+    /// Utopia's artifact (the Sniper tree of CMU-SAFARI/Victima, `tlb.cc`): the probe runs in the
+    /// L2 TLB's object, so its address is computed with the L2 TLB's geometry, `(VPN mod
+    /// artifact_entries) × artifact_ways × entry_bytes` from the array's base, rounded down to a
+    /// line. With Utopia's 1536-entry 12-way L2 TLB every probe falls on one of 1536 lines
+    /// (96 KiB), which stay in the L2 cache; whether it hits is still decided by the whole array.
+    L2TlbGeometry,
+}
+
 /// POM-TLB configuration (`[arch.pomtlb]`; the walk that follows a miss uses `[arch.radix]`).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -149,6 +163,14 @@ pub struct PomTlbConfig {
     /// How a fill reaches memory (`"write"`: the POM-TLB is ordinary cacheable memory, so the
     /// filled entry is a store to its line; Virtuoso: `"untimed"`).
     pub fill: FillTiming,
+    /// Where a probed or filled line lies (`"set"`: in the addressed set; Utopia's artifact:
+    /// `"l2_tlb_geometry"`).
+    pub probe_address: ProbeAddress,
+    /// With `probe_address = "l2_tlb_geometry"`: the entries and ways of the L2 TLB whose
+    /// geometry the artifact uses (Utopia Table 1: 1536 entries).
+    pub artifact_entries: u32,
+    /// With `probe_address = "l2_tlb_geometry"`: that L2 TLB's ways (Utopia Table 1: 12).
+    pub artifact_ways: u32,
 }
 
 impl Default for PomTlbConfig {
@@ -165,6 +187,9 @@ impl Default for PomTlbConfig {
             walk: WalkStart::AfterMiss,
             set_read: SetRead::All,
             fill: FillTiming::Write,
+            probe_address: ProbeAddress::Set,
+            artifact_entries: 1536,
+            artifact_ways: 12,
         }
     }
 }
@@ -187,6 +212,23 @@ impl PomTlbConfig {
         }
         if self.predictor_entries == 0 || !self.predictor_entries.is_power_of_two() {
             return Err(Error::config(format!("{key}.predictor_entries"), "must be a power of two"));
+        }
+        if self.artifact_entries == 0 {
+            return Err(Error::config(format!("{key}.artifact_entries"), "must be at least 1"));
+        }
+        if self.artifact_ways == 0 {
+            return Err(Error::config(format!("{key}.artifact_ways"), "must be at least 1"));
+        }
+        // The folded addresses must stay inside the array they alias.
+        let span = u64::from(self.artifact_entries) * u64::from(self.artifact_ways) * u64::from(self.entry_bytes);
+        if self.probe_address == ProbeAddress::L2TlbGeometry && span > u64::from(self.entries) * u64::from(self.entry_bytes) {
+            return Err(Error::config(
+                format!("{key}.artifact_entries"),
+                format!(
+                    "artifact_entries x artifact_ways x entry_bytes ({span} bytes) must fit in the array ({} bytes)",
+                    u64::from(self.entries) * u64::from(self.entry_bytes)
+                ),
+            ));
         }
         Ok(())
     }
@@ -448,12 +490,24 @@ impl<W: PomWalker> PomTlb<W> {
     #[inline]
     fn read_set(&self, va: u64, size: PageSize, step: u8, needed: bool, plan: &mut WalkPlan) {
         let arr = &self.arrays[self.array_for(size)];
-        let base = arr.set_addr(arr.set_of(va, size));
+        let base = match self.cfg.probe_address {
+            ProbeAddress::Set => arr.set_addr(arr.set_of(va, size)),
+            ProbeAddress::L2TlbGeometry => self.artifact_line(va, size),
+        };
         let lines = if self.cfg.set_read == SetRead::All { arr.lines } else { 1 };
         for l in 0..lines {
             plan.push(base + l * 64, step, needed);
         }
         plan.unfiltered += lines as u32;
+    }
+
+    /// The line Utopia's artifact reads for `va`'s translation of `size`
+    /// (`probe_address = "l2_tlb_geometry"`): one base for both sizes, as there.
+    #[inline]
+    fn artifact_line(&self, va: u64, size: PageSize) -> u64 {
+        let c = &self.cfg;
+        let entry = (va >> size.shift()) % u64::from(c.artifact_entries) * u64::from(c.artifact_ways);
+        self.arrays[0].base + ((entry * u64::from(c.entry_bytes)) & !63)
     }
 
     /// Looks `va` up in the partition of `size` (a hit updates replacement state and counts).
@@ -503,6 +557,10 @@ impl<W: PomWalker> PomTlb<W> {
         }
         let a = self.array_for(t.size);
         let (line, evicted) = self.arrays[a].fill(asid, va, t);
+        let line = match self.cfg.probe_address {
+            ProbeAddress::Set => line,
+            ProbeAddress::L2TlbGeometry => self.artifact_line(va, t.size),
+        };
         self.stats.fills += 1;
         self.stats.evictions += evicted as u64;
         if self.cfg.fill == FillTiming::Write {
@@ -953,6 +1011,34 @@ mod tests {
         assert_eq!(plan.refs.len(), 1 + 1 + 4, "one line per probe, no store");
         assert_eq!((r.d.stats.fills, r.d.stats.fill_writes), (1, 0));
         assert_eq!(r.walk(A).1, H1);
+    }
+
+    /// `probe_address = "l2_tlb_geometry"` reads, for both sizes, the line Utopia's artifact
+    /// computes from the L2 TLB's geometry: pages 1536 apart share it, whatever their sets; the
+    /// hit is still the array's, and a fill writes that same line.
+    #[test]
+    fn artifact_probe_address_folds_onto_the_l2_tlbs_geometry() {
+        let cfg = PomTlbConfig { probe: ProbeOrder::Parallel, probe_address: ProbeAddress::L2TlbGeometry, ..PomTlbConfig::default() };
+        let mut r = rig(cfg.clone());
+        let base = r.d.arrays[0].base;
+        let line = |va: u64, size: PageSize| base + (((va >> size.shift()) % 1536 * 12 * 16) & !63);
+        let (_, _, plan) = r.walk(A);
+        // Both partitions' first lines in step 0 (4 lines each: set_read = "all"), then the walk
+        // and the fill store.
+        assert_eq!(plan.refs[0].paddr, line(A, PageSize::K4));
+        assert_eq!(plan.refs[4].paddr, line(A, PageSize::M2));
+        assert_eq!(plan.refs.last().unwrap().paddr, line(A, PageSize::K4), "the fill writes the folded line");
+        assert!(plan.refs[..8].iter().all(|r| r.paddr < base + (1536 * 12 * 16)), "all inside the folded span");
+        // A page 1536 pages further on reads the same line, though its set differs.
+        let far = A + 1536 * 4096;
+        assert_ne!(r.d.arrays[0].set_of(A, PageSize::K4), r.d.arrays[0].set_of(far, PageSize::K4));
+        assert_eq!(line(far, PageSize::K4), line(A, PageSize::K4));
+        // The hit is decided by the array: A hits now, its neighbour on the folded line does not.
+        assert_eq!(r.walk(A).2.refs.len(), 8, "a hit: the two probes only");
+        assert_eq!(r.d.stats.hits[0], 1);
+        // The folded span must fit in the array.
+        let small = PomTlbConfig { entries: 1024, ..cfg };
+        assert!(small.validate("arch.pomtlb").unwrap_err().to_string().contains("arch.pomtlb.artifact_entries"));
     }
 
     #[test]
