@@ -375,14 +375,27 @@ impl<T: Tag> Cache<T> {
                 }
             }
         } else {
-            for set in 0..self.tags.sets() {
-                for way in 0..self.tags.ways() {
-                    if let Some(tag) = self.tags.tag_at(set, way) {
-                        if (first_line..end_line).contains(&self.line_of(set, tag)) {
-                            self.forget_slot(self.tags.slot(set, way));
-                            self.tags.invalidate_way(set, way);
-                            removed += 1;
-                        }
+            removed = self.invalidate_ranges(&[(first_line, end_line)]);
+        }
+        removed
+    }
+
+    /// Removes every line inside one of `ranges` (`[first, end)` line numbers, sorted and not
+    /// overlapping) in one pass over the whole cache, as [`Cache::invalidate_range`] of each
+    /// would: a set's remaining lines keep their order whatever order lines leave in, so the
+    /// state after is the same. Returns how many lines were present.
+    pub fn invalidate_ranges(&mut self, ranges: &[(u64, u64)]) -> u64 {
+        debug_assert!(ranges.windows(2).all(|w| w[0].1 <= w[1].0), "ranges must be sorted and disjoint");
+        let mut removed = 0;
+        for set in 0..self.tags.sets() {
+            for way in 0..self.tags.ways() {
+                if let Some(tag) = self.tags.tag_at(set, way) {
+                    let line = self.line_of(set, tag);
+                    let i = ranges.partition_point(|r| r.1 <= line);
+                    if ranges.get(i).is_some_and(|r| r.0 <= line) {
+                        self.forget_slot(self.tags.slot(set, way));
+                        self.tags.invalidate_way(set, way);
+                        removed += 1;
                     }
                 }
             }

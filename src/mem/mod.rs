@@ -323,6 +323,42 @@ impl MemHierarchy {
         self.flushed_lines += removed;
     }
 
+    /// [`MemHierarchy::flush_range`] of each of `ranges` (physical base, bytes), in any order:
+    /// the state after does not depend on it. A batch whose lines outnumber the caches' (the
+    /// pages a migration epoch moved: Utopia moves tens of thousands at once) is removed in one
+    /// pass over every cache instead of a probe per line.
+    pub fn flush_ranges(&mut self, ranges: &[(u64, u64)]) {
+        let caches = || self.l1.iter().chain(&self.l2).chain(&self.llc);
+        let capacity: u64 = caches().map(|c| c.capacity_lines()).sum();
+        let probes: u64 = ranges.iter().map(|&(_, b)| b.div_ceil(1 << LINE_SHIFT)).sum::<u64>().saturating_mul(caches().count() as u64);
+        // A probe of one set costs about what checking one line of a pass does (a binary search).
+        if probes <= 4 * capacity {
+            for &(pa, bytes) in ranges {
+                self.flush_range(pa, bytes);
+            }
+            return;
+        }
+        let mut lines: Vec<(u64, u64)> = ranges
+            .iter()
+            .filter(|&&(_, b)| b > 0)
+            .map(|&(pa, b)| (pa >> LINE_SHIFT, (pa.saturating_add(b - 1) >> LINE_SHIFT) + 1))
+            .collect();
+        lines.sort_unstable();
+        // Merge overlapping and adjacent ranges (a frame freed and moved again in one batch).
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(lines.len());
+        for (first, end) in lines {
+            match merged.last_mut() {
+                Some(last) if first <= last.1 => last.1 = last.1.max(end),
+                _ => merged.push((first, end)),
+            }
+        }
+        let mut removed = 0;
+        for c in self.l1.iter_mut().chain(self.l2.iter_mut()).chain(self.llc.iter_mut()) {
+            removed += c.invalidate_ranges(&merged);
+        }
+        self.flushed_lines += removed;
+    }
+
     /// Samples the share of valid lines holding translation structures in L1D, L2 (mean over cores whose
     /// cache holds anything) and the LLC (all slices pooled). Called by the simulator once per epoch; the
     /// stats report the mean over samples. O(cores): the line counts are kept incrementally.
@@ -576,6 +612,45 @@ mod tests {
                 b.access(core, line << 6, false, false, Level::L1),
                 "line {line:#x}"
             );
+        }
+    }
+
+    /// A batch of flushes large enough to take the one-pass path removes exactly what flushing
+    /// the ranges one by one removes, and leaves the same state.
+    #[test]
+    fn batch_flush_equals_flushing_each_range() {
+        for llc_per_core in [false, true] {
+            let cfg = MemConfig { llc_per_core, ..MemConfig::default() };
+            let mut rng = crate::rng::Rng::new(9);
+            let (mut a, mut b) = (MemHierarchy::new(&cfg, 2, GHZ), MemHierarchy::new(&cfg, 2, GHZ));
+            for _ in 0..200_000 {
+                let (core, paddr, write, tr) = (rng.below(2) as usize, rng.below(1 << 20) << 6, rng.below(2) == 0, rng.below(4) == 0);
+                a.access(core, paddr, tr, write, Level::L1);
+                b.access(core, paddr, tr, write, Level::L1);
+            }
+            // Pages, some twice and some adjacent, a 2 MiB range, and an empty one.
+            let mut ranges: Vec<(u64, u64)> = (0..3000).map(|_| (rng.below(1 << 14) << 12, 4096)).collect();
+            ranges.extend([(0x40_0000, 2 << 20), (0x1000, 0), (ranges[0].0, 4096), (ranges[0].0 + 4096, 8192)]);
+            let removed = {
+                let before = b.flushed_lines;
+                for &(pa, bytes) in &ranges {
+                    b.flush_range(pa, bytes);
+                }
+                b.flushed_lines - before
+            };
+            let before = a.flushed_lines;
+            a.flush_ranges(&ranges);
+            assert!(removed > 10_000, "the batch must clear much: {removed}");
+            assert_eq!(a.flushed_lines - before, removed);
+            for line in (0..1u64 << 20).step_by(3) {
+                let core = (line % 2) as usize;
+                assert_eq!(
+                    a.access(core, line << 6, false, false, Level::L1),
+                    b.access(core, line << 6, false, false, Level::L1),
+                    "line {line:#x}"
+                );
+            }
+            assert_eq!(a.stats(), b.stats());
         }
     }
 

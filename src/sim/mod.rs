@@ -349,9 +349,8 @@ fn run_on_host<K: Guest>(
 /// Sends the OS's pending shootdowns to every core's translation service and drops the cached
 /// lines of pages it moved.
 fn apply_shootdowns<D: Driver>(os: &mut Os<D>, cores: &mut [Core<D>], mem: &mut MemHierarchy) {
-    for (pa, bytes) in os.pending_flush.drain(..) {
-        mem.flush_range(pa, bytes);
-    }
+    mem.flush_ranges(&os.pending_flush);
+    os.pending_flush.clear();
     for sd in os.pending.drain(..) {
         for c in cores.iter_mut() {
             c.mmu.shootdown(&os.driver, &sd);
