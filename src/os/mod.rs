@@ -8,6 +8,7 @@
 mod coala;
 mod compaction;
 mod config;
+mod copy_locks;
 pub mod eager;
 mod fault;
 mod fork;
@@ -240,7 +241,7 @@ pub struct Os<D: Driver> {
     khuge_cursor: (usize, u64),
     stale_wc: Vec<(u64, u64)>,
     /// Pages being copied: (VPN << 16 | ASID) → cycle the copy ends.
-    busy: IntMap<f64>,
+    busy: copy_locks::CopyLocks,
     /// No copy in `busy` ends after this cycle: an access at or after it stalls on none, and
     /// skips the lookup. Expired entries stay in `busy` until the next tick, which can be a
     /// million accesses later, so without this every translation would probe a map of all the
@@ -311,7 +312,7 @@ impl<D: Driver> Os<D> {
             hawkeye_new: BTreeSet::new(),
             khuge_cursor: (0, 0),
             stale_wc: Vec::new(),
-            busy: IntMap::default(),
+            busy: copy_locks::CopyLocks::default(),
             busy_until: f64::NEG_INFINITY,
             resident: VecDeque::new(),
             sharers: IntMap::default(),
@@ -520,8 +521,8 @@ impl<D: Driver> Os<D> {
     pub fn tick(&mut self, now_ms: f64) -> Result<()> {
         self.stats.policy_ms = now_ms as u64;
         let now = self.now;
-        self.busy.retain(|_, until| *until > now);
-        self.busy_until = self.busy.values().copied().fold(f64::NEG_INFINITY, f64::max);
+        self.busy.retain_after(now);
+        self.busy_until = self.busy.last_end();
         self.migrate_requested()?;
         // A policy works through the OS, so it is taken out while it runs.
         let mut ps = std::mem::take(&mut self.promoters);

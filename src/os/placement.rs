@@ -264,8 +264,8 @@ impl<D: Driver> Os<D> {
         if self.busy.is_empty() || now >= self.busy_until {
             return 0;
         }
-        match self.busy.get(&busy_key(asid, t.size.align_down(va))) {
-            Some(&until) if until > now => {
+        match self.busy.get(busy_key(asid, t.size.align_down(va))) {
+            Some(until) if until > now => {
                 let c = (until - now).ceil() as u64;
                 self.stats.migration_stall_cycles += c;
                 self.stats.migration_stalled_accesses += 1;

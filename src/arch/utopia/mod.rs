@@ -25,8 +25,9 @@
 //!   bits); a page over both thresholds is queued and the OS moves it into its RestSeg set at the
 //!   next epoch ([`MigrationPolicy::take_migrations`]; the interrupt is asynchronous, so an epoch's delay).
 //!
-//! Host-side each space also keeps a sorted index of its RestSeg pages (what an OS keeps to
-//! iterate a range without probing every page); the TAR/SF arrays are what walks read.
+//! Host-side each space also keeps a count of its RestSeg pages per region of 512 pages (what an
+//! OS keeps to answer a range query without probing every page of the range); a page's own slot
+//! is found in its set's TAR row, which is also what walks read.
 
 use super::radix::{Radix, RadixConfig, RadixPwc, RadixSpace};
 use super::{ArchConfig, Design, Registered};
@@ -39,7 +40,6 @@ use crate::os::truth::{IntMap, VpnTable};
 use crate::tapi::{Driver, Evict, EvictTo, FramePlacement, Frames, MapFlags, MigrationPolicy, MigrationRequest, OsCost, Placement};
 use crate::tapi::{SideLookup, SideStart, SideTiming, TObj, Tdb, TdbEnv, Translation, WalkPlan};
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
 
 mod config;
 mod policy;
@@ -163,8 +163,56 @@ impl Utopia {
             return None;
         }
         env.cost.read(g.ways as u64);
+        Self::tar_slot(g, ss, set, vpn)
+    }
+
+    /// The slot of `vpn` in `set` of RestSeg `g` of a space (`ss`): a scan of the set's TAR row.
+    #[inline]
+    fn tar_slot(g: &RestSeg, ss: &SegSpace, set: usize, vpn: u64) -> Option<usize> {
         let row = &ss.tar[set * g.ways..(set + 1) * g.ways];
         row.iter().position(|&t| t == vpn).map(|w| set * g.ways + w)
+    }
+
+    /// The slot of `vpn` in RestSeg `i` of `s`, host-side (not charged): its set's TAR row.
+    #[inline]
+    fn slot_of(&self, s: &UtopiaSpace, i: usize, vpn: u64) -> Option<usize> {
+        let g = &self.segs[i];
+        Self::tar_slot(g, &s.segs[i], g.set_of(vpn), vpn)
+    }
+
+    /// Calls `f(vpn, slot)` for the pages of `s` in RestSeg `i` with a VPN in `[lo, hi)`, in no
+    /// particular order, until `f` returns false; returns whether it did (host-side, not
+    /// charged). A range with more pages than the RestSeg has slots scans the TAR; a smaller one
+    /// probes the TAR rows of its pages in the regions that hold any.
+    fn pages_in(&self, s: &UtopiaSpace, i: usize, lo: u64, hi: u64, mut f: impl FnMut(u64, usize) -> bool) -> bool {
+        let (g, ss) = (&self.segs[i], &s.segs[i]);
+        if lo >= hi {
+            return false;
+        }
+        if hi - lo > ss.tar.len() as u64 {
+            return ss.tar.iter().enumerate().any(|(slot, &t)| t != NO_TAG && (lo..hi).contains(&t) && !f(t, slot));
+        }
+        let probe = |vpn: u64| Self::tar_slot(g, ss, g.set_of(vpn), vpn);
+        if hi - lo <= 4 {
+            return (lo..hi).any(|vpn| probe(vpn).is_some_and(|slot| !f(vpn, slot)));
+        }
+        for r in lo / REGION_PAGES..=(hi - 1) / REGION_PAGES {
+            let Some(&n) = ss.regions.get(&r) else { continue };
+            let (a, b) = (lo.max(r * REGION_PAGES), hi.min((r + 1) * REGION_PAGES));
+            let mut left = n;
+            for vpn in a..b {
+                if let Some(slot) = probe(vpn) {
+                    if !f(vpn, slot) {
+                        return true;
+                    }
+                    left -= 1;
+                    if left == 0 {
+                        break; // every page of the region found
+                    }
+                }
+            }
+        }
+        false
     }
 
     /// Whether any RestSeg page of `s` overlaps `[start, end)` (host-side index; `count` charges
@@ -174,9 +222,7 @@ impl Utopia {
             if let Some(c) = count.as_deref_mut() {
                 c.read(1);
             }
-            let lo = start >> g.shift;
-            let hi = end.div_ceil(g.page.bytes());
-            if s.segs[i].index.range(lo..hi).next().is_some() {
+            if self.pages_in(s, i, start >> g.shift, end.div_ceil(g.page.bytes()), |_, _| false) {
                 return true;
             }
         }
@@ -190,7 +236,7 @@ impl Utopia {
         let (set, way) = (slot / g.ways, slot % g.ways);
         let vpn = std::mem::replace(&mut ss.tar[slot], NO_TAG);
         ss.sf[set] -= 1;
-        ss.index.remove(&vpn);
+        ss.count_region(vpn, false);
         let old = g.global.invalidate_way(set, way);
         debug_assert_eq!(old, Some(gtag(vpn, s.asid)));
         g.record_reuse(slot);
@@ -213,6 +259,7 @@ impl Utopia {
             let mut owned = vec![false; g.sets as usize * g.ways];
             for s in spaces.iter() {
                 let ss = &s.segs[i];
+                let mut regions = IntMap::<u32>::default();
                 for set in 0..g.sets as usize {
                     let mut n = 0;
                     for way in 0..g.ways {
@@ -228,17 +275,15 @@ impl Utopia {
                         if g.set_of(t) != set {
                             return Err(format!("RestSeg {i}: vpn {t:#x} in set {set}, hashes to {}", g.set_of(t)));
                         }
-                        if ss.index.get(&t) != Some(&(slot as u32)) {
-                            return Err(format!("RestSeg {i}: index of ASID {} lacks vpn {t:#x}", s.asid));
-                        }
+                        *regions.entry(t / REGION_PAGES).or_insert(0u32) += 1;
                         owned[slot] = true;
                     }
                     if ss.sf[set] as usize != n {
                         return Err(format!("RestSeg {i} set {set}: ASID {} SF says {} pages, TAR holds {n}", s.asid, ss.sf[set]));
                     }
                 }
-                if ss.index.len() != ss.tar.iter().filter(|&&t| t != NO_TAG).count() {
-                    return Err(format!("RestSeg {i}: ASID {} index and TAR sizes differ", s.asid));
+                if ss.regions != regions {
+                    return Err(format!("RestSeg {i}: ASID {}'s region counts disagree with its TAR", s.asid));
                 }
             }
             for set in 0..g.sets as usize {
@@ -253,7 +298,7 @@ impl Utopia {
         let mut phys = PhysMem::new(64 << 20, 9);
         for s in spaces {
             for (i, g) in self.segs.iter().enumerate() {
-                for &vpn in s.segs[i].index.keys() {
+                for vpn in s.segs[i].tar.iter().copied().filter(|&t| t != NO_TAG) {
                     let va = vpn << g.shift;
                     let env = &mut TdbEnv { phys: &mut phys, cost: &mut scratch };
                     if !self.radix.range_is_empty(&mut s.radix, va, va + g.page.bytes(), env) {
@@ -291,7 +336,7 @@ impl Tdb for Utopia {
                 tar: vec![NO_TAG; slots],
                 prot: vec![0; slots],
                 sf: vec![0; g.sets as usize],
-                index: BTreeMap::new(),
+                regions: IntMap::default(),
                 tar_pfn,
                 tar_order,
                 sf_pfn,
@@ -308,9 +353,9 @@ impl Tdb for Utopia {
 
     fn destroy_space(&mut self, mut s: UtopiaSpace, env: &mut TdbEnv) -> Result<()> {
         for i in 0..self.segs.len() {
-            let slots: Vec<u32> = s.segs[i].index.values().copied().collect();
+            let slots: Vec<usize> = (0..s.segs[i].tar.len()).filter(|&slot| s.segs[i].tar[slot] != NO_TAG).collect();
             for slot in slots {
-                self.clear_slot(&mut s, i, slot as usize, env);
+                self.clear_slot(&mut s, i, slot, env);
             }
             let ss = &s.segs[i];
             env.free_table(ss.tar_pfn, ss.tar_order)?;
@@ -392,7 +437,7 @@ impl Tdb for Utopia {
         ss.tar[slot] = vpn;
         ss.prot[slot] = o.prot;
         ss.sf[set] += 1;
-        ss.index.insert(vpn, slot as u32);
+        ss.count_region(vpn, true);
         env.cost.write(3); // TAR entry, SF counter, global TAR
         s.ptw.remove(o.va >> 12);
         Ok(())
@@ -424,13 +469,14 @@ impl Tdb for Utopia {
         let merged_from = objs.len();
         for (i, g) in self.segs.iter().enumerate() {
             let ss = &s.segs[i];
-            let lo = start.div_ceil(g.page.bytes());
-            let hi = end.div_ceil(g.page.bytes());
-            for (&vpn, &slot) in ss.index.range(lo..hi) {
+            let (lo, hi) = (start.div_ceil(g.page.bytes()), end.div_ceil(g.page.bytes()));
+            self.pages_in(s, i, lo, hi, |vpn, slot| {
                 env.cost.read(1);
-                objs.push(TObj::new(vpn << g.shift, g.slot_pa(slot as usize), g.page, ss.prot[slot as usize]));
-            }
+                objs.push(TObj::new(vpn << g.shift, g.slot_pa(slot), g.page, ss.prot[slot]));
+                true
+            });
         }
+        // In address order, as the radix half is (the RestSeg pages came in no order).
         if objs.len() > merged_from {
             objs.sort_by_key(|o| o.va);
         }

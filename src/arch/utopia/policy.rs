@@ -72,8 +72,8 @@ impl FramePlacement<Utopia> for Utopia {
         // Already in a RestSeg (a stale migration request): it stays where it is.
         for (i, g) in self.segs.iter().enumerate() {
             if g.page == size {
-                if let Some(&slot) = s.segs[i].index.get(&(va >> g.shift)) {
-                    return Placement::Frame { pa: g.slot_pa(slot as usize), evict: None };
+                if let Some(slot) = self.slot_of(s, i, va >> g.shift) {
+                    return Placement::Frame { pa: g.slot_pa(slot), evict: None };
                 }
             }
         }

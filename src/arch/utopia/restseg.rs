@@ -84,6 +84,26 @@ impl RestSeg {
 
 pub(super) const NO_TAG: u64 = u64::MAX;
 
+/// Pages per region of [`SegSpace::regions`], a power of two: 2 MiB of 4 KiB pages, 1 GiB of
+/// 2 MiB pages, so a huge-page range check of a 4 KiB RestSeg reads one count.
+pub(super) const REGION_PAGES: u64 = 512;
+
+impl SegSpace {
+    /// Counts page `vpn` in (`add`) or out of its region.
+    pub(super) fn count_region(&mut self, vpn: u64, add: bool) {
+        let r = vpn / REGION_PAGES;
+        if add {
+            *self.regions.entry(r).or_insert(0) += 1;
+        } else {
+            let n = self.regions.get_mut(&r).expect("a page leaves a region it was counted in");
+            *n -= 1;
+            if *n == 0 {
+                self.regions.remove(&r);
+            }
+        }
+    }
+}
+
 /// One process's TAR and SF of one RestSeg.
 pub(super) struct SegSpace {
     /// Per slot: the VPN of this process's page there, or `NO_TAG`.
@@ -92,8 +112,10 @@ pub(super) struct SegSpace {
     pub(super) prot: Vec<u8>,
     /// Per set: pages of this process in the set.
     pub(super) sf: Vec<u8>,
-    /// VPN → slot, sorted (the OS's range index).
-    pub(super) index: BTreeMap<u64, u32>,
+    /// Pages of this process in the RestSeg per region of [`REGION_PAGES`] consecutive pages
+    /// (the OS's range index: a range query skips the regions holding none; regions with no
+    /// page have no entry).
+    pub(super) regions: IntMap<u32>,
     pub(super) tar_pfn: Pfn,
     pub(super) tar_order: u32,
     pub(super) sf_pfn: Pfn,

@@ -311,3 +311,51 @@ fn prefetch_names_the_flexseg_walks_last_entry() {
     assert!(os.driver.walk(&mut os.procs[a as usize].space, &mut wc, a, v + 123, &mut plan).is_some());
     assert_eq!(entry, Some(plan.refs.last().unwrap().paddr));
 }
+
+/// The range index answers as a filter over the TAR does, on each of its paths: a few pages
+/// (TAR rows), a range within the RestSeg's size (regions that hold pages), and a larger one
+/// (a scan of the TAR); and a caller that stops at the first page stops there.
+#[test]
+fn range_queries_match_a_scan_of_the_tar() {
+    let cfg = UtopiaConfig { restsegs: vec![seg(1 << 20, PageSize::K4, 4)], ..UtopiaConfig::default() };
+    let mut os = os_with(cfg, 256 << 20, false);
+    let a = os.spawn(false).unwrap();
+    let base = os.mmap(a, 64 << 20, MapFlags::default()).unwrap();
+    let mut rng = crate::rng::Rng::new(11);
+    for _ in 0..3000 {
+        let va = base + rng.below(16384) * 4096;
+        if os.truth(a, va).is_none() {
+            os.fault(a, va).unwrap();
+        }
+    }
+    check(&mut os);
+    let s = &os.procs[a as usize].space;
+    let d = &os.driver;
+    let held: Vec<(u64, usize)> = s.segs[0].tar.iter().enumerate().filter(|(_, &t)| t != NO_TAG).map(|(slot, &t)| (t, slot)).collect();
+    assert!(held.len() > 200, "the RestSeg fills: {}", held.len());
+    let first = base >> 12;
+    for k in 0..600 {
+        let span = match k % 3 {
+            0 => 1 + rng.below(4),
+            1 => 5 + rng.below(3000),
+            _ => 300 + rng.below(20000),
+        };
+        let lo = first.saturating_sub(100) + rng.below(16500);
+        let hi = lo + span;
+        let mut got = Vec::new();
+        assert!(!d.pages_in(s, 0, lo, hi, |vpn, slot| {
+            got.push((vpn, slot));
+            true
+        }));
+        got.sort_unstable();
+        let mut want: Vec<(u64, usize)> = held.iter().copied().filter(|&(t, _)| (lo..hi).contains(&t)).collect();
+        want.sort_unstable();
+        assert_eq!(got, want, "[{lo:#x}, {hi:#x})");
+        let mut calls = 0;
+        let stopped = d.pages_in(s, 0, lo, hi, |_, _| {
+            calls += 1;
+            false
+        });
+        assert_eq!((stopped, calls), (!want.is_empty(), usize::from(!want.is_empty())));
+    }
+}
