@@ -127,6 +127,9 @@ pub struct Radix {
     pwc: Vec<PwcLevel>,
     /// PWC payloads are the table a cached entry sits in (ChampSim), not the one it points to.
     psc: bool,
+    /// Leaf bits an update of a present leaf keeps: software bits a driver built on this table
+    /// stores in its PTEs (Utopia's PTW counters). None by default.
+    keep: u64,
 }
 
 const SIZES: [PageSize; 3] = [PageSize::K4, PageSize::M2, PageSize::G1];
@@ -141,7 +144,30 @@ impl Radix {
     pub fn new(cfg: &RadixConfig) -> Radix {
         let mut pwc = cfg.pwc.clone();
         pwc.sort_by_key(|p| p.level);
-        Radix { levels: cfg.levels, pwc, psc: cfg.pwc_mode == PwcMode::Champsim }
+        Radix { levels: cfg.levels, pwc, psc: cfg.pwc_mode == PwcMode::Champsim, keep: 0 }
+    }
+
+    /// Makes [`Tdb::update`] of a present leaf keep `mask`'s bits of the old entry.
+    pub(super) fn keep_leaf_bits(&mut self, mask: u64) {
+        self.keep = mask;
+    }
+
+    /// The raw leaf entry mapping `va`, if one does, for a driver's software bits (hardware's
+    /// access, as the walk's: not charged to the OS).
+    pub(super) fn leaf_entry_mut<'s>(&self, s: &'s mut RadixSpace, va: u64) -> Option<&'s mut u64> {
+        let (mut id, mut level) = (s.root, self.levels);
+        loop {
+            let i = index(va, level);
+            let e = s.node(id).pte[i];
+            if e & PRESENT == 0 {
+                return None;
+            }
+            if level == 1 || e & HUGE != 0 {
+                return Some(&mut s.node_mut(id).pte[i]);
+            }
+            id = s.node(id).child[i];
+            level -= 1;
+        }
     }
 
     /// Descends towards `va`, returning (node, level) of the deepest table reached and the entry
@@ -374,7 +400,7 @@ impl Tdb for Radix {
         if e & PRESENT == 0 {
             n.used += 1;
         }
-        n.pte[i] = encode(o);
+        n.pte[i] = encode(o) | if e & PRESENT != 0 { e & self.keep } else { 0 };
         env.cost.write(1);
         Ok(())
     }

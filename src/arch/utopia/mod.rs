@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
 use crate::mem::assoc::{Replacement, SetAssoc};
 use crate::mmu::wcache::{WalkCache, WalkCacheConfig};
 use crate::os::phys::PhysMem;
-use crate::os::truth::{IntMap, VpnTable};
+use crate::os::truth::IntMap;
 use crate::tapi::{Driver, Evict, EvictTo, FramePlacement, Frames, MapFlags, MigrationPolicy, MigrationRequest, OsCost, Placement};
 use crate::tapi::{SideLookup, SideStart, SideTiming, TObj, Tdb, TdbEnv, Translation, WalkPlan};
 use serde_json::{json, Map, Value};
@@ -56,10 +56,6 @@ pub struct UtopiaSpace {
     asid: u16,
     radix: RadixSpace,
     segs: Vec<SegSpace>,
-    /// FlexSeg pages' PTW counters: VPN (4 KiB units) of the page base → walks | DRAM refs << 8
-    /// ([`policy::ptw_count`]). An open-addressing table, so the access loop can prefetch the
-    /// counter a walk will update ([`Driver::prefetch`]).
-    ptw: VpnTable,
 }
 
 /// Per-core walk caches: the FlexSeg PWCs, the TAR and SF caches and the artifact's ULB.
@@ -128,7 +124,11 @@ impl Utopia {
         };
         Utopia {
             cfg: cfg.clone(),
-            radix: Radix::new(radix),
+            radix: {
+                let mut r = Radix::new(radix);
+                r.keep_leaf_bits(policy::PTW_BITS);
+                r
+            },
             levels: radix.levels,
             va_bits: 12 + 9 * radix.levels as u32,
             segs: Vec::new(),
@@ -348,7 +348,7 @@ impl Tdb for Utopia {
             self.spaces.resize(asid as usize + 1, None);
         }
         self.spaces[asid as usize] = Some(info);
-        Ok(UtopiaSpace { asid, radix, segs, ptw: VpnTable::default() })
+        Ok(UtopiaSpace { asid, radix, segs })
     }
 
     fn destroy_space(&mut self, mut s: UtopiaSpace, env: &mut TdbEnv) -> Result<()> {
@@ -439,7 +439,6 @@ impl Tdb for Utopia {
         ss.sf[set] += 1;
         ss.count_region(vpn, true);
         env.cost.write(3); // TAR entry, SF counter, global TAR
-        s.ptw.remove(o.va >> 12);
         Ok(())
     }
 
@@ -455,7 +454,7 @@ impl Tdb for Utopia {
         if !self.cfg.flexseg {
             return None;
         }
-        s.ptw.remove(va >> 12);
+        // The PTW counters leave with the FlexSeg PTE that holds them.
         let r = self.radix.remove(&mut s.radix, va, size, env);
         self.flex_bytes_changed(s);
         r
@@ -606,15 +605,12 @@ impl Driver for Utopia {
         }
     }
 
-    /// Host prefetch one access ahead: the PTW counter a FlexSeg walk of a 4 KiB page updates, and
-    /// the FlexSeg walk's entry (radix's prefetch), which also names the cache sets to bring in. (Prefetching each RestSeg's SF counter and TAR row as
+    /// Host prefetch one access ahead: the FlexSeg walk's entry (radix's prefetch), which also
+    /// holds the PTW counters the walk updates and names the cache sets to bring in. (Prefetching each RestSeg's SF counter and TAR row as
     /// well measured slower on bfs and no faster on GUPS: those arrays mostly sit in the host's
     /// L2 already.)
     #[inline]
     fn prefetch(&self, s: &UtopiaSpace, va: u64) -> Option<u64> {
-        if self.cfg.migrate.enabled {
-            s.ptw.prefetch(va >> 12); // the counter of a 4 KiB page the walk may find
-        }
         if !self.cfg.flexseg {
             return None;
         }

@@ -133,10 +133,16 @@ impl FramePlacement<Utopia> for Utopia {
     }
 }
 
-/// A FlexSeg page's PTW counter as stored (`walks | DRAM refs << 8`): (walks, DRAM references),
-/// saturating at 15 and 31 like the PTE's 4- and 5-bit counters (`UtopiaConfig::validate`).
-pub(super) fn ptw_count(v: u64) -> (u32, u32) {
-    ((v & 0xFF) as u32, (v >> 8) as u32)
+/// Where a FlexSeg PTE keeps the page's PTW counters (§5.5: its unused bits): walks in bits
+/// 52–55, DRAM references of those walks in 56–60, saturating at 15 and 31
+/// (`UtopiaConfig::validate`). A new PTE starts at zero; an update of the page keeps them.
+const PTW_SHIFT: u32 = 52;
+pub(super) const PTW_BITS: u64 = 0x1FF << PTW_SHIFT;
+
+/// A FlexSeg PTE's PTW counters: (walks, DRAM references).
+pub(super) fn ptw_count(pte: u64) -> (u32, u32) {
+    let v = (pte & PTW_BITS) >> PTW_SHIFT;
+    ((v & 0xF) as u32, (v >> 4) as u32)
 }
 
 /// PTW-tracking migration from the FlexSeg into a RestSeg (§5.3).
@@ -148,12 +154,15 @@ impl MigrationPolicy<Utopia> for Utopia {
             return;
         }
         let base = t.size.align_down(va);
-        let (walks, dram) = ptw_count(s.ptw.get(base >> 12).unwrap_or(0));
+        // The leaf the walk just read (in the host's cache); a translation the walk found has one.
+        let Some(pte) = self.radix.leaf_entry_mut(&mut s.radix, va) else { return };
+        let (walks, dram) = ptw_count(*pte);
         let (walks, dram) = ((walks + 1).min(15), (dram + dram_refs).min(31));
-        if walks < m.min_walks || dram < m.min_dram_refs {
-            s.ptw.insert(base >> 12, u64::from(walks) | u64::from(dram) << 8);
-        } else {
-            s.ptw.remove(base >> 12);
+        // Over both thresholds: the page is queued and its counters start again.
+        let over = walks >= m.min_walks && dram >= m.min_dram_refs;
+        let counts = if over { 0 } else { u64::from(walks) | u64::from(dram) << 4 };
+        *pte = *pte & !PTW_BITS | counts << PTW_SHIFT;
+        if over {
             let key = page_key(asid, base);
             if self.queued.insert(key, ()).is_none() {
                 self.pending.push(MigrationRequest { asid, va: base, size: t.size });

@@ -359,3 +359,54 @@ fn range_queries_match_a_scan_of_the_tar() {
         assert_eq!((stopped, calls), (!want.is_empty(), usize::from(!want.is_empty())));
     }
 }
+
+/// A FlexSeg page's PTW counters are bits of its PTE (§5.5): a walk counts in them, an update of
+/// the page's mapping keeps them, a new page starts at zero, and a page over both thresholds is
+/// queued once with its counters cleared.
+#[test]
+fn ptw_counters_live_in_the_flexseg_pte() {
+    let cfg = UtopiaConfig {
+        fault_alloc: FaultAlloc::Off,
+        migrate: MigrateConfig { enabled: true, min_walks: 3, min_dram_refs: 2 },
+        restsegs: vec![seg(1 << 20, PageSize::K4, 4)],
+        ..UtopiaConfig::default()
+    };
+    let mut os = os_with(cfg, 256 << 20, false);
+    let a = os.spawn(false).unwrap();
+    let base = os.mmap(a, 4 << 20, MapFlags::default()).unwrap();
+    os.fault(a, base).unwrap();
+    os.fault(a, base + 4096).unwrap();
+    let t = os.truth(a, base).unwrap();
+    assert!(!os.driver.owns_frame(t.pbase), "a FlexSeg page");
+    let counts = |os: &mut Os<Utopia>, va: u64| {
+        let p = &mut os.procs[a as usize];
+        policy::ptw_count(*os.driver.radix.leaf_entry_mut(&mut p.space.radix, va).unwrap())
+    };
+    let observe = |os: &mut Os<Utopia>, va: u64, dram: u32| {
+        let p = &mut os.procs[a as usize];
+        os.driver.walk_observed(&mut p.space, a, va, Some(t), dram);
+    };
+    observe(&mut os, base + 8, 1);
+    assert_eq!(counts(&mut os, base), (1, 1));
+    // A change of the mapping (read-only now) keeps them; the translation is unchanged.
+    let mut phys = PhysMem::new(64 << 20, 9);
+    let mut cost = OsCost::default();
+    let p = &mut os.procs[a as usize];
+    os.driver
+        .update(&mut p.space, &TObj::new(base, t.pbase, PageSize::K4, prot::READ), &mut TdbEnv { phys: &mut phys, cost: &mut cost })
+        .unwrap();
+    assert_eq!(counts(&mut os, base), (1, 1));
+    assert_eq!(
+        os.driver.find(&mut os.procs[a as usize].space, base, &mut TdbEnv { phys: &mut phys, cost: &mut cost }).unwrap().pa,
+        t.pbase
+    );
+    assert_eq!(counts(&mut os, base + 4096), (0, 0), "another page's PTE");
+    observe(&mut os, base, 0);
+    assert_eq!(counts(&mut os, base), (2, 1));
+    assert!(os.driver.take_migrations().is_empty());
+    observe(&mut os, base, 3);
+    assert_eq!(counts(&mut os, base), (0, 0), "queued: the counters start again");
+    let reqs = os.driver.take_migrations();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!((reqs[0].va, reqs[0].size), (base, PageSize::K4));
+}
