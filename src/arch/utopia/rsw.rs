@@ -62,10 +62,8 @@ impl SideLookup<Utopia> for Utopia {
             if count == 0 {
                 continue;
             }
-            let row = &ss.tar[set * g.ways..(set + 1) * g.ways];
-            if let Some(way) = row.iter().position(|&t| t == vpn) {
-                let slot = set * g.ways + way;
-                g.global.touch(set, way);
+            if let Some(slot) = Self::tar_slot(g, ss, set, vpn) {
+                g.global.touch(set, slot - set * g.ways);
                 g.reuse[slot] = g.reuse[slot].saturating_add(1);
                 g.stats.rsw_hits += 1;
                 found = Some((Translation { pbase: g.slot_pa(slot), size: g.page }, first_ref, plan.refs.len()));
@@ -106,7 +104,7 @@ impl SideLookup<Utopia> for Utopia {
         self.segs.iter().zip(&s.segs).any(|(g, ss)| {
             let vpn = va >> g.shift;
             let set = g.set_of(vpn);
-            ss.sf[set] != 0 && ss.tar[set * g.ways..(set + 1) * g.ways].contains(&vpn)
+            ss.sf[set] != 0 && Self::tar_slot(g, ss, set, vpn).is_some()
         })
     }
 }
