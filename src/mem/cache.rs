@@ -247,13 +247,11 @@ impl<T: Tag> Cache<T> {
     /// before filling (a victim's writeback must not disturb a level the same access still has to look in).
     #[inline]
     pub fn lookup(&mut self, line: u64, translation: bool, write: bool) -> bool {
-        let t = translation as usize;
-        self.accesses[t] += 1;
-        if line == self.mru {
-            self.hits[t] += 1;
-            self.flags[self.mru_slot] |= if write { DIRTY } else { 0 };
+        if self.rehit(line, translation, write) {
             return true;
         }
+        let t = translation as usize;
+        self.accesses[t] += 1;
         let set = self.set_of(line);
         match self.tags.lookup(set, self.tag_of(line)) {
             Some(way) => {
@@ -267,6 +265,23 @@ impl<T: Tag> Cache<T> {
             }
             None => false,
         }
+    }
+
+    /// The re-hit shortcut alone: if `line` is the most recent line of its set (the last hit or
+    /// fill, LRU only), counts the demand access and its hit and sets dirty if `write`, as a
+    /// lookup would (a hit on the most recent way changes no replacement state). Returns whether
+    /// it did; `false` changes nothing. Small enough to inline into every caller, so a re-hit
+    /// costs no call where the caller handles a miss out of line ([`super::MemHierarchy::access`]).
+    #[inline(always)]
+    pub fn rehit(&mut self, line: u64, translation: bool, write: bool) -> bool {
+        if line != self.mru {
+            return false;
+        }
+        let t = translation as usize;
+        self.accesses[t] += 1;
+        self.hits[t] += 1;
+        self.flags[self.mru_slot] |= if write { DIRTY } else { 0 };
+        true
     }
 
     /// Records `line`, just made most recent in its set, for the re-hit shortcut (LRU only).

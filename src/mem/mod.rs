@@ -198,6 +198,25 @@ impl MemHierarchy {
         ((h * self.llc_slices) >> 32) as usize
     }
 
+    /// [`MemHierarchy::access`] from L1 for the data reference of every access: the L1 re-hit
+    /// shortcut inline in the caller (most accesses of a workload with locality take it), the
+    /// rest in one out-of-line call, so a re-hit pays no call. Page walks, whose references
+    /// seldom re-hit, call `access` itself.
+    #[inline(always)]
+    pub fn access_hot(&mut self, core: usize, paddr: u64, translation: bool, write: bool) -> (u32, Level) {
+        let c = &mut self.l1[core];
+        if c.rehit(paddr >> LINE_SHIFT, translation, write) {
+            return (c.latency(), Level::L1);
+        }
+        self.access_outlined(core, paddr, translation, write)
+    }
+
+    /// The rest of [`MemHierarchy::access_hot`], kept out of line.
+    #[inline(never)]
+    fn access_outlined(&mut self, core: usize, paddr: u64, translation: bool, write: bool) -> (u32, Level) {
+        self.access(core, paddr, translation, write, Level::L1)
+    }
+
     /// One reference from `core` entering at `enter` (L1 for loads/stores; the page walker may enter at L1
     /// or L2 by config). Returns the latency in core cycles and the level that served it.
     ///

@@ -252,7 +252,7 @@ impl Tlbs {
     /// simulated: a miss changes no state, and at most one L1 D-TLB holds an entry covering `va`
     /// (every remap of a range is shot down in all of them; checked mode verifies it on every
     /// hit, [`Tlbs::other_l1d_covers`]).
-    #[inline]
+    #[inline(always)]
     pub fn l1d_lookup(&mut self, asid: u16, va: u64) -> Option<crate::tapi::Translation> {
         let first = self.last_l1d;
         if let Some(t) = self.l1d[first].lookup(asid, va) {

@@ -115,12 +115,19 @@ impl Tlb {
     }
 
     /// Looks `va` up in every size it holds.
-    #[inline]
+    #[inline(always)]
     pub fn lookup(&mut self, asid: u16, va: u64) -> Option<Translation> {
+        // The re-hit shortcut inline in the caller; the set searches out of line.
         let first = self.sizes[0];
         if tag(va >> first.shift(), asid, first) == self.mru {
             return Some(Translation { pbase: self.pbase[self.mru_slot], size: first });
         }
+        self.lookup_sets(asid, va)
+    }
+
+    /// [`Tlb::lookup`] past the re-hit shortcut: probes a set per size held.
+    #[inline(never)]
+    fn lookup_sets(&mut self, asid: u16, va: u64) -> Option<Translation> {
         for i in 0..self.nsizes {
             let size = self.sizes[i];
             if self.held[size.index()] == 0 {

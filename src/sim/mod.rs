@@ -22,7 +22,7 @@ use crate::arch::nested::{Guest, Nesting, NESTABLE};
 use crate::arch::{Design, Registered};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::mem::{Level, MemHierarchy};
+use crate::mem::MemHierarchy;
 use crate::mmu::pipeline::{Checked, CoreMmu, Fast, MmuStats, Mode, Overlap, Perfect, Pipeline};
 use crate::mmu::{TlbStats, Tlbs, WalkStats};
 use crate::os::{Os, ProcVm};
@@ -836,7 +836,7 @@ fn step<D: Driver, T: TimingModel, M: Mode>(eng: &mut Engine<D, T>, core: &mut C
     if sampled.is_some_and(|w| core.mmu.stats.walk.walks > w) {
         eng.os.record_walk_sample(a.asid, a.vaddr, tcycles);
     }
-    let (dlat, _) = eng.mem.access(cid, t.paddr(a.vaddr), false, a.kind == AccessKind::Store, Level::L1);
+    let (dlat, _) = eng.mem.access_hot(cid, t.paddr(a.vaddr), false, a.kind == AccessKind::Store);
     // One evaluation of the timing model per access, split so data stalls are reported.
     let stall = eng.timing.data_stall(dlat);
     core.cycles += eng.timing.compute(a.instrs, tcycles) + stall;
