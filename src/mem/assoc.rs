@@ -366,7 +366,7 @@ impl<T: Tag> SetAssoc<T> {
 
     /// Looks `tag` up in `set`. On a hit returns the way and updates the replacement state as a use
     /// (LRU: most recently used; SRRIP: RRPV 0).
-    #[inline]
+    #[inline(always)]
     pub fn lookup(&mut self, set: usize, tag: T) -> Option<usize> {
         debug_assert!(tag != T::INVALID, "the invalid tag is reserved");
         let way = self.find(set, tag)?;

@@ -66,7 +66,7 @@ impl WalkCache {
     }
 
     /// Payload cached for `key` of `asid`.
-    #[inline]
+    #[inline(always)]
     pub fn lookup(&mut self, asid: u16, key: u64) -> Option<u64> {
         self.lookup_slot(asid, key).map(|i| self.data[i])
     }
