@@ -640,46 +640,47 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
         self.sync_host_caches(wc, l2);
         self.stats.walks += 1;
         // The guest dimension: the guest driver's own walk over guest-physical tables.
-        let mut gplan = std::mem::take(&mut self.gplan);
-        gplan.clear();
-        gplan.checked = plan.checked;
-        let gt = self.guest.walk(&mut s.guest, &mut wc.guest, asid, va, &mut gplan);
-        if gplan.violation.is_some() {
-            plan.violation = gplan.violation;
+        // The guest plan and the host addresses stay in `self` (indexed, not taken out and put
+        // back: a move of the plan costs more than the loop's work on a TLB-missing access).
+        self.gplan.clear();
+        self.gplan.checked = plan.checked;
+        let gt = self.guest.walk(&mut s.guest, &mut wc.guest, asid, va, &mut self.gplan);
+        if self.gplan.violation.is_some() {
+            plan.violation = self.gplan.violation;
         }
-        plan.add_counts(&gplan);
-        self.stats.guest_refs += gplan.refs.len() as u64;
-        self.stats.guest_unfiltered += gplan.unfiltered as u64;
+        plan.add_counts(&self.gplan);
+        self.stats.guest_refs += self.gplan.refs.len() as u64;
+        self.stats.guest_unfiltered += self.gplan.unfiltered as u64;
         // The host dimension: each guest step's references are translated (host walks in
         // parallel), then read.
-        let mut hpa = std::mem::take(&mut self.hpa);
+        let n = self.gplan.refs.len();
         let mut step = 0u8;
         let mut i = 0;
         let mut ok = true;
-        while i < gplan.refs.len() && ok {
-            let gstep = gplan.refs[i].step;
-            let j = i + gplan.refs[i..].iter().take_while(|r| r.step == gstep).count();
-            hpa.clear();
+        while i < n && ok {
+            let gstep = self.gplan.refs[i].step;
+            let mut j = i;
+            self.hpa.clear();
             let mut after = step;
-            for r in &gplan.refs[i..j] {
+            while j < n && self.gplan.refs[j].step == gstep {
+                let r = self.gplan.refs[j];
                 match self.host_translate(wc, l2, r.paddr, r.needed, step, plan) {
                     Some((a, _, next)) => {
-                        hpa.push(a);
+                        self.hpa.push(a);
                         after = after.max(next);
                     }
                     None => ok = false,
                 }
+                j += 1;
             }
             if ok {
-                for (r, &a) in gplan.refs[i..j].iter().zip(&hpa) {
+                for (r, &a) in self.gplan.refs[i..j].iter().zip(&self.hpa) {
                     plan.push(a, after, r.needed);
                 }
                 step = after.saturating_add(1);
             }
             i = j;
         }
-        self.gplan = gplan;
-        self.hpa = hpa;
         let gt = gt.filter(|_| ok)?;
         // The guest frame of the data, translated by the host; the TLB entry is the smaller page.
         let gpa = gt.paddr(va);
