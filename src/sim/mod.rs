@@ -522,24 +522,40 @@ fn access_loop<D: Driver, M: Mode>(
                 }
                 continue;
             }
-            let a = st.buf[st.pos];
-            st.pos += 1;
-            // Two accesses ahead, where the page changes, start the host loads its walk (with a
-            // perfect TLB, its ground-truth lookup) will make (a hint: no simulated effect;
-            // docs/performance.md, "Host prefetch"), in the chunks the tuner runs it in.
-            if prefetch && st.pos + 1 < st.len && (st.buf[st.pos].vaddr ^ st.buf[st.pos + 1].vaddr) >> 12 != 0 {
-                prefetch_walk::<D, Additive, M>(eng, c, &st.buf[st.pos + 1]);
+            // The accesses up to the end of the buffer, the chunk or the run go through a loop
+            // that checks only what an access can change (shootdowns, the quantum); the checks
+            // above are for buffer and stream changes.
+            let run = (st.len - st.pos).min(CHUNK - n).min(usize::try_from(stop - total).unwrap_or(usize::MAX));
+            let mut ran = 0;
+            let mut expired = false;
+            while ran < run {
+                let a = st.buf[st.pos];
+                st.pos += 1;
+                // Two accesses ahead, where the page changes, start the host loads its walk (with a
+                // perfect TLB, its ground-truth lookup) will make (a hint: no simulated effect;
+                // docs/performance.md, "Host prefetch"), in the chunks the tuner runs it in.
+                if prefetch && st.pos + 1 < st.len && (st.buf[st.pos].vaddr ^ st.buf[st.pos + 1].vaddr) >> 12 != 0 {
+                    prefetch_walk::<D, Additive, M>(eng, c, &st.buf[st.pos + 1]);
+                }
+                if D::PREFETCHES_FRAME && prefetch && st.pos < st.len && (st.buf[st.pos].vaddr ^ a.vaddr) >> 12 != 0 {
+                    prefetch_frame(eng, c, &st.buf[st.pos]);
+                }
+                step::<D, Additive, M>(eng, &mut cores[c], c, &a)?;
+                if !eng.os.pending.is_empty() {
+                    apply_shootdowns(&mut eng.os, cores, &mut eng.mem);
+                }
+                ran += 1;
+                let core = &mut cores[c];
+                core.quantum_left -= a.instrs as i64;
+                if core.quantum_left <= 0 {
+                    expired = true;
+                    break;
+                }
             }
-            if D::PREFETCHES_FRAME && prefetch && st.pos < st.len && (st.buf[st.pos].vaddr ^ a.vaddr) >> 12 != 0 {
-                prefetch_frame(eng, c, &st.buf[st.pos]);
-            }
-            step::<D, Additive, M>(eng, core, c, &a)?;
-            if !eng.os.pending.is_empty() {
-                apply_shootdowns(&mut eng.os, cores, &mut eng.mem);
-            }
-            let core = &mut cores[c];
-            core.quantum_left -= a.instrs as i64;
-            if core.quantum_left <= 0 {
+            n += ran;
+            total += ran as u64;
+            if expired {
+                let core = &mut cores[c];
                 core.quantum_left = cfg.sim.quantum_instrs as i64;
                 if core.streams.len() > 1 {
                     let prev = streams[core.streams[core.cur]].asid;
@@ -550,8 +566,6 @@ fn access_loop<D: Driver, M: Mode>(
                     }
                 }
             }
-            n += 1;
-            total += 1;
         }
         tuner.record(n, chunk_start.elapsed());
         if !warm && total >= cfg.sim.warmup_accesses {
