@@ -640,8 +640,8 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
         self.sync_host_caches(wc, l2);
         self.stats.walks += 1;
         // The guest dimension: the guest driver's own walk over guest-physical tables.
-        // The guest plan and the host addresses stay in `self` (indexed, not taken out and put
-        // back: a move of the plan costs more than the loop's work on a TLB-missing access).
+        // The guest plan and the host addresses stay in `self` and are indexed there (taking
+        // them out and putting them back copied the plan on every walk).
         self.gplan.clear();
         self.gplan.checked = plan.checked;
         let gt = self.guest.walk(&mut s.guest, &mut wc.guest, asid, va, &mut self.gplan);

@@ -271,7 +271,8 @@ impl<T: Tag> Cache<T> {
     /// fill, LRU only), counts the demand access and its hit and sets dirty if `write`, as a
     /// lookup would (a hit on the most recent way changes no replacement state). Returns whether
     /// it did; `false` changes nothing. Small enough to inline into every caller, so a re-hit
-    /// costs no call where the caller handles a miss out of line ([`super::MemHierarchy::access`]).
+    /// costs no call where the caller handles a miss out of line
+    /// ([`super::MemHierarchy::access_hot`]).
     #[inline(always)]
     pub fn rehit(&mut self, line: u64, translation: bool, write: bool) -> bool {
         if line != self.mru {

@@ -602,6 +602,31 @@ mod tests {
         h.flush_range(0, 0);
     }
 
+    /// The data reference's entry point (`access_hot`, its L1 re-hit inline) answers and leaves
+    /// state exactly as `access` from L1 does, on a mix where most references re-hit the last
+    /// line and some write it (the shortcut must set dirty, or a later eviction would differ).
+    #[test]
+    fn access_hot_equals_access_from_l1() {
+        let mut rng = crate::rng::Rng::new(11);
+        let cfg = MemConfig::default();
+        let (mut a, mut b) = (MemHierarchy::new(&cfg, 2, GHZ), MemHierarchy::new(&cfg, 2, GHZ));
+        let mut last = [0u64; 2];
+        let mut l1_hits = 0;
+        for _ in 0..300_000 {
+            let core = rng.below(2) as usize;
+            if rng.below(3) == 0 {
+                last[core] = rng.below(1 << 20) << 6;
+            }
+            let (paddr, write, tr) = (last[core] + rng.below(64), rng.below(3) == 0, rng.below(8) == 0);
+            let r = a.access_hot(core, paddr, tr, write);
+            assert_eq!(r, b.access(core, paddr, tr, write, Level::L1));
+            l1_hits += usize::from(r.1 == Level::L1);
+        }
+        assert!(l1_hits > 180_000, "the mix must exercise the re-hit path ({l1_hits} L1 hits)");
+        assert_eq!(a.stats(), b.stats());
+        assert!(a.stats().l1d.writebacks > 0 && a.stats().l2.writebacks > 0, "dirty lines must have been written back");
+    }
+
     /// With per-core LLC slices, a page flush probes each line in its own slice only; it must
     /// remove exactly what flushing every slice removes, and leave the same state.
     #[test]
