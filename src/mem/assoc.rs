@@ -79,26 +79,75 @@ mod sse2 {
         m | match_mask_scalar(rest, tag, tags.len() - rest.len())
     }
 
-    /// The largest of 8 (`hi`: 16) `u16` states and the lowest way holding it: `xor 0x8000` maps
-    /// their order onto SSE2's signed 16-bit max, three shuffles spread the maximum to every
-    /// lane, and one compare and movemask (two bits per lane) name its first way.
+    /// `N` = 4 or 8 `u16`s as a vector (lanes past `N` are 0).
     #[inline(always)]
-    pub(super) fn max_way(lo: &[u16; 8], hi: Option<&[u16; 8]>) -> (u16, usize) {
-        // SAFETY: SSE2 is baseline on x86_64; each load reads exactly the 16 bytes of one `[u16;
-        // 8]`. Checked against the scalar form by `mem::assoc::tests::vector_victim_equals_scalar`.
+    fn load<const N: usize>(q: &[u16; N]) -> __m128i {
+        const { assert!(N == 4 || N == 8) };
+        // SAFETY: SSE2 is baseline on x86_64; each load reads exactly the `2 N` bytes of `q`
+        // (`loadl` reads 8).
+        unsafe {
+            if N == 8 {
+                _mm_loadu_si128(q.as_ptr().cast())
+            } else {
+                _mm_loadl_epi64(q.as_ptr().cast())
+            }
+        }
+    }
+
+    /// Writes the first `N` = 4 or 8 lanes of `v` into `q`.
+    #[inline(always)]
+    fn store<const N: usize>(q: &mut [u16; N], v: __m128i) {
+        const { assert!(N == 4 || N == 8) };
+        // SAFETY: SSE2 is baseline on x86_64; each store writes exactly the `2 N` bytes of `q`
+        // (`storel` writes 8).
+        unsafe {
+            if N == 8 {
+                _mm_storeu_si128(q.as_mut_ptr().cast(), v)
+            } else {
+                _mm_storel_epi64(q.as_mut_ptr().cast(), v)
+            }
+        }
+    }
+
+    /// The largest of a set's `u16` states, `lo` (4 or 8 ways) then `hi` (4 or 8 more, if any),
+    /// and the lowest way holding it: `xor 0x8000` maps their order onto SSE2's signed 16-bit
+    /// max, three shuffles spread the maximum to every lane, and one compare and movemask (two
+    /// bits per lane) name its first way. Lanes past a 4-way half load as 0, the smallest state
+    /// after the flip, so they can only tie with a real way, which comes first.
+    #[inline(always)]
+    pub(super) fn max_way<const A: usize, const B: usize>(lo: &[u16; A], hi: Option<&[u16; B]>) -> (u16, usize) {
+        // SAFETY: SSE2 register operations, baseline on x86_64 (the loads are `load`'s). Checked
+        // against the scalar form by `mem::assoc::tests::vector_victim_equals_scalar`.
         unsafe {
             let flip = _mm_set1_epi16(i16::MIN);
-            let a = _mm_xor_si128(_mm_loadu_si128(lo.as_ptr().cast()), flip);
-            let b = hi.map_or(a, |h| _mm_xor_si128(_mm_loadu_si128(h.as_ptr().cast()), flip));
+            let a = _mm_xor_si128(load(lo), flip);
+            let b = hi.map_or(a, |h| _mm_xor_si128(load(h), flip));
             let mut m = _mm_max_epi16(a, b);
             m = _mm_max_epi16(m, _mm_shuffle_epi32::<0b01_00_11_10>(m));
             m = _mm_max_epi16(m, _mm_shuffle_epi32::<0b10_11_00_01>(m));
             m = _mm_max_epi16(m, _mm_or_si128(_mm_slli_epi32::<16>(m), _mm_srli_epi32::<16>(m)));
-            let mut mask = _mm_movemask_epi8(_mm_cmpeq_epi16(a, m)) as u32;
+            let mut mask = _mm_movemask_epi8(_mm_cmpeq_epi16(a, m)) as u32 & ((1 << (2 * A)) - 1);
             if hi.is_some() {
-                mask |= (_mm_movemask_epi8(_mm_cmpeq_epi16(b, m)) as u32) << 16;
+                mask |= (_mm_movemask_epi8(_mm_cmpeq_epi16(b, m)) as u32 & ((1 << (2 * B)) - 1)) << (2 * A);
             }
             ((_mm_cvtsi128_si32(m) as u16) ^ 0x8000, mask.trailing_zeros() as usize / 2)
+        }
+    }
+
+    /// Adds 1 to each of `N` = 4 or 8 `u16` LRU ranks below `r` (`xor 0x8000` maps unsigned
+    /// order onto SSE2's signed compare; the compare's all-ones lanes are -1, so subtracting
+    /// them adds 1).
+    #[inline(always)]
+    pub(super) fn age_below<const N: usize>(meta: &mut [u16; N], r: u16) {
+        // SAFETY: SSE2 register operations, baseline on x86_64 (the load and store are `load`'s
+        // and `store`'s). Checked against the scalar form by
+        // `mem::assoc::tests::vector_age_equals_scalar`.
+        unsafe {
+            let flip = _mm_set1_epi16(i16::MIN);
+            let rv = _mm_xor_si128(_mm_set1_epi16(r as i16), flip);
+            let v = load(meta);
+            let below = _mm_cmpgt_epi16(rv, _mm_xor_si128(v, flip));
+            store(meta, _mm_sub_epi16(v, below));
         }
     }
 
@@ -195,8 +244,10 @@ pub fn check_ways(key: &str, ways: u64) -> crate::error::Result<()> {
 fn max_way(meta: &[u16]) -> (u16, usize) {
     #[cfg(target_arch = "x86_64")]
     match meta.len() {
-        16 => return sse2::max_way(meta[..8].try_into().expect("8 ways"), Some(meta[8..].try_into().expect("8 ways"))),
-        8 => return sse2::max_way(meta.try_into().expect("8 ways"), None),
+        16 => return sse2::max_way::<8, 8>(meta[..8].try_into().expect("8 ways"), Some(meta[8..].try_into().expect("8 ways"))),
+        12 => return sse2::max_way::<8, 4>(meta[..8].try_into().expect("8 ways"), Some(meta[8..].try_into().expect("4 ways"))),
+        8 => return sse2::max_way::<8, 8>(meta.try_into().expect("8 ways"), None),
+        4 => return sse2::max_way::<4, 4>(meta.try_into().expect("4 ways"), None),
         _ => {}
     }
     max_way_scalar(meta)
@@ -208,6 +259,36 @@ fn max_way(meta: &[u16]) -> (u16, usize) {
 fn max_way_scalar(meta: &[u16]) -> (u16, usize) {
     let key = meta.iter().enumerate().map(|(w, &m)| i32::from(m) << 15 | (0x7FFF - w as i32)).max().unwrap_or(0x7FFF);
     ((key >> 15) as u16, (0x7FFF - (key & 0x7FFF)) as usize)
+}
+
+/// Ages by one every LRU rank of `meta` below `r`: for 4, 8, 12 and 16 ways a few SSE2 instructions
+/// ([`sse2::age_below`]; the compiler's own vectorization of the loop left half of a 16-way set
+/// scalar), else the loop.
+#[inline(always)]
+fn age_below(meta: &mut [u16], r: u16) {
+    #[cfg(target_arch = "x86_64")]
+    match meta.len() {
+        16 | 12 => {
+            let (lo, hi) = meta.split_at_mut(8);
+            sse2::age_below::<8>(lo.try_into().expect("8 ways"), r);
+            match hi.len() {
+                8 => sse2::age_below::<8>(hi.try_into().expect("8 ways"), r),
+                _ => sse2::age_below::<4>(hi.try_into().expect("4 ways"), r),
+            }
+            return;
+        }
+        8 => return sse2::age_below::<8>(meta.try_into().expect("8 ways"), r),
+        4 => return sse2::age_below::<4>(meta.try_into().expect("4 ways"), r),
+        _ => {}
+    }
+    age_below_scalar(meta, r);
+}
+
+/// [`age_below`] one way at a time (every width, and the reference the vector form is tested
+/// against).
+#[inline(always)]
+fn age_below_scalar(meta: &mut [u16], r: u16) {
+    meta.iter_mut().for_each(|m| *m += u16::from(*m < r));
 }
 
 /// A set-associative array of tags with LRU or SRRIP replacement.
@@ -307,6 +388,15 @@ impl<T: Tag> SetAssoc<T> {
         &mut bytemuck::cast_slice_mut::<u64, T>(&mut self.data[b..b + self.tag_words])[..ways]
     }
 
+    /// The tags and the replacement state of `set`, cut from the store with one bounds check.
+    #[inline(always)]
+    fn set_parts(&mut self, set: usize) -> (&mut [T], &mut [u16]) {
+        let b = set * self.stride;
+        let ways = self.ways;
+        let (tags, meta) = self.data[b..b + self.stride].split_at_mut(self.tag_words);
+        (&mut bytemuck::cast_slice_mut::<u64, T>(tags)[..ways], &mut bytemuck::cast_slice_mut::<u64, u16>(meta)[..ways])
+    }
+
     /// The replacement state of `set`.
     #[inline(always)]
     fn set_meta(&mut self, set: usize) -> &mut [u16] {
@@ -343,13 +433,23 @@ impl<T: Tag> SetAssoc<T> {
     /// more recent than it age by one; a way that was invalid counts as older than every valid way.
     #[inline(always)]
     fn promote(meta: &mut [u16], way: usize) {
-        if meta[way] == 0 {
+        let r = meta[way];
+        if r == 0 {
             return; // already the most recent: nothing moves
         }
-        let r = meta[way].min(INVALID_RANK);
-        // Branch-free over the whole set so it vectorizes; invalid ways (>= INVALID_RANK) never move.
-        meta.iter_mut().for_each(|m| *m += u16::from(*m < r));
+        let r = r.min(INVALID_RANK);
+        // Branch-free over the whole set; invalid ways (>= INVALID_RANK) never move.
+        age_below(meta, r);
         meta[way] = 0;
+    }
+
+    /// Replacement state of a way just filled (LRU: most recent; SRRIP: long re-reference).
+    #[inline(always)]
+    fn fill_state(policy: Replacement, meta: &mut [u16], way: usize) {
+        match policy {
+            Replacement::Lru => Self::promote(meta, way),
+            Replacement::Srrip => meta[way] = RRPV_LONG,
+        }
     }
 
     /// Marks `way` of `set` as just used: LRU makes it most recently used, SRRIP predicts near
@@ -369,8 +469,13 @@ impl<T: Tag> SetAssoc<T> {
     #[inline(always)]
     pub fn lookup(&mut self, set: usize, tag: T) -> Option<usize> {
         debug_assert!(tag != T::INVALID, "the invalid tag is reserved");
-        let way = self.find(set, tag)?;
-        self.touch_at(set, way);
+        let policy = self.policy;
+        let (tags, meta) = self.set_parts(set);
+        let way = Self::find_in(tags, tag)?;
+        match policy {
+            Replacement::Lru => Self::promote(meta, way),
+            Replacement::Srrip => meta[way] = 0,
+        }
         Some(way)
     }
 
@@ -399,8 +504,14 @@ impl<T: Tag> SetAssoc<T> {
     #[inline]
     pub fn insert(&mut self, set: usize, tag: T) -> (usize, Option<T>) {
         debug_assert!(self.probe(set, tag).is_none(), "tag {tag:#x} inserted twice in set {set}");
-        let way = self.victim(set);
-        (way, self.insert_at(set, way, tag))
+        debug_assert!(tag != T::INVALID, "the invalid tag is reserved");
+        // `victim` and `insert_at` fused, so the set is cut from the store once.
+        let policy = self.policy;
+        let (tags, meta) = self.set_parts(set);
+        let way = Self::victim_in(policy, meta);
+        let old = std::mem::replace(&mut tags[way], tag);
+        Self::fill_state(policy, meta, way);
+        (way, (old != T::INVALID).then_some(old))
     }
 
     /// The way a fill of `set` would use, chosen (and SRRIP state aged) exactly as
@@ -417,13 +528,10 @@ impl<T: Tag> SetAssoc<T> {
     pub fn insert_at(&mut self, set: usize, way: usize, tag: T) -> Option<T> {
         debug_assert!(tag != T::INVALID, "the invalid tag is reserved");
         debug_assert!(self.probe(set, tag).is_none_or(|w| w == way), "tag {tag:#x} inserted twice in set {set}");
-        let old = std::mem::replace(&mut self.set_tags_mut(set)[way], tag);
         let policy = self.policy;
-        let meta = self.set_meta(set);
-        match policy {
-            Replacement::Lru => Self::promote(meta, way),
-            Replacement::Srrip => meta[way] = RRPV_LONG,
-        }
+        let (tags, meta) = self.set_parts(set);
+        let old = std::mem::replace(&mut tags[way], tag);
+        Self::fill_state(policy, meta, way);
         (old != T::INVALID).then_some(old)
     }
 
@@ -431,7 +539,12 @@ impl<T: Tag> SetAssoc<T> {
     #[inline]
     fn victim(&mut self, set: usize) -> usize {
         let policy = self.policy;
-        let meta = self.set_meta(set);
+        Self::victim_in(policy, self.set_meta(set))
+    }
+
+    /// [`SetAssoc::victim`] on a set's replacement state `meta`.
+    #[inline(always)]
+    fn victim_in(policy: Replacement, meta: &mut [u16]) -> usize {
         // Both policies give invalid ways the largest states, so the lowest-index invalid way
         // wins if there is one. LRU: else the least recently used (rank valid - 1); values are
         // distinct. SRRIP: else "increment all RRPVs and retry until some way reaches 3" ends
@@ -655,12 +768,12 @@ mod tests {
         }
     }
 
-    /// The SSE2 victim search names the same state and way as the scalar one, for 8 and 16 ways
+    /// The SSE2 victim search names the same state and way as the scalar one, for 4, 8, 12 and 16 ways
     /// of random states, with ties (SRRIP) and with the invalid marks above 0x8000 (LRU).
     #[test]
     fn vector_victim_equals_scalar() {
         let mut rng = crate::rng::Rng::new(11);
-        for ways in [8usize, 16] {
+        for ways in [4usize, 8, 12, 16] {
             for _ in 0..20_000 {
                 let meta: Vec<u16> = (0..ways)
                     .map(|_| match rng.below(3) {
@@ -670,6 +783,34 @@ mod tests {
                     })
                     .collect();
                 assert_eq!(max_way(&meta), max_way_scalar(&meta), "{meta:?}");
+            }
+        }
+    }
+
+    /// The SSE2 ageing of LRU ranks equals the scalar one, for 4, 8, 12 and 16 ways of random states
+    /// (ranks, invalid marks above 0x8000, any 16-bit value) against bounds at the edges too.
+    #[test]
+    fn vector_age_equals_scalar() {
+        let mut rng = crate::rng::Rng::new(12);
+        for ways in [4usize, 8, 12, 16] {
+            for _ in 0..20_000 {
+                let meta: Vec<u16> = (0..ways)
+                    .map(|_| match rng.below(3) {
+                        0 => rng.below(ways as u64) as u16,
+                        1 => INVALID_RANK + rng.below(ways as u64) as u16,
+                        _ => rng.next_u64() as u16,
+                    })
+                    .collect();
+                let r = match rng.below(4) {
+                    0 => 0,
+                    1 => INVALID_RANK,
+                    2 => rng.below(ways as u64 + 1) as u16,
+                    _ => rng.next_u64() as u16,
+                };
+                let (mut fast, mut slow) = (meta.clone(), meta.clone());
+                age_below(&mut fast, r);
+                age_below_scalar(&mut slow, r);
+                assert_eq!(fast, slow, "{meta:?} below {r}");
             }
         }
     }
