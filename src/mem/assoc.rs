@@ -768,6 +768,18 @@ mod tests {
         }
     }
 
+    /// `ways` random replacement states: small values below `small` (ranks, RRPVs, with ties),
+    /// invalid marks above 0x8000, and any 16-bit value.
+    fn random_states(rng: &mut crate::rng::Rng, ways: usize, small: u64) -> Vec<u16> {
+        (0..ways)
+            .map(|_| match rng.below(3) {
+                0 => rng.below(small) as u16,
+                1 => INVALID_RANK + rng.below(ways as u64) as u16,
+                _ => rng.next_u64() as u16,
+            })
+            .collect()
+    }
+
     /// The SSE2 victim search names the same state and way as the scalar one, for 4, 8, 12 and 16 ways
     /// of random states, with ties (SRRIP) and with the invalid marks above 0x8000 (LRU).
     #[test]
@@ -775,13 +787,7 @@ mod tests {
         let mut rng = crate::rng::Rng::new(11);
         for ways in [4usize, 8, 12, 16] {
             for _ in 0..20_000 {
-                let meta: Vec<u16> = (0..ways)
-                    .map(|_| match rng.below(3) {
-                        0 => rng.below(4) as u16,
-                        1 => INVALID_RANK + rng.below(ways as u64) as u16,
-                        _ => rng.next_u64() as u16,
-                    })
-                    .collect();
+                let meta = random_states(&mut rng, ways, 4);
                 assert_eq!(max_way(&meta), max_way_scalar(&meta), "{meta:?}");
             }
         }
@@ -794,13 +800,7 @@ mod tests {
         let mut rng = crate::rng::Rng::new(12);
         for ways in [4usize, 8, 12, 16] {
             for _ in 0..20_000 {
-                let meta: Vec<u16> = (0..ways)
-                    .map(|_| match rng.below(3) {
-                        0 => rng.below(ways as u64) as u16,
-                        1 => INVALID_RANK + rng.below(ways as u64) as u16,
-                        _ => rng.next_u64() as u16,
-                    })
-                    .collect();
+                let meta = random_states(&mut rng, ways, ways as u64);
                 let r = match rng.below(4) {
                     0 => 0,
                     1 => INVALID_RANK,
