@@ -332,6 +332,8 @@ impl<T: Tag> SetAssoc<T> {
     pub fn new(sets: usize, ways: usize, policy: Replacement) -> Self {
         assert!(sets >= 1 && ways >= 1, "a set-associative store needs at least one set and one way (got {sets} × {ways})");
         assert!(ways <= MAX_WAYS as usize, "{ways} ways exceed the {MAX_WAYS} supported");
+        // The set accessors' safety rests on this layout (`SetAssoc::set_base`).
+        const { assert!(std::mem::align_of::<T>() <= 8 && std::mem::align_of::<u16>() <= 8) };
         let tag_words = (ways * std::mem::size_of::<T>()).div_ceil(8);
         let stride = tag_words + ways.div_ceil(4);
         let n = sets.checked_mul(stride).expect("sets × ways overflows usize");
@@ -373,36 +375,68 @@ impl<T: Tag> SetAssoc<T> {
         set * self.ways + way
     }
 
+    /// The first word of `set`. Panics unless `set < sets`. That one compare is the only bounds
+    /// check the set accessors below need: [`SetAssoc::new`] sized `data` to `sets × stride`
+    /// words and never resizes it, and within a set the first `tag_words` words hold its `ways`
+    /// tags and the other `stride - tag_words` its `ways` `u16` states, so every slice they cut
+    /// lies inside `data` (the slice checks and casts they replace cost a GUPS access about 200
+    /// instructions; docs/performance.md, "Set accessors").
+    #[inline(always)]
+    fn set_base(&self, set: usize) -> *const u64 {
+        assert!(set < self.sets, "set {set} of a {}-set store", self.sets);
+        // SAFETY: set * stride < sets * stride = data.len(), inside the allocation.
+        unsafe { self.data.as_ptr().add(set * self.stride) }
+    }
+
+    /// [`SetAssoc::set_base`], for writing.
+    #[inline(always)]
+    fn set_base_mut(&mut self, set: usize) -> *mut u64 {
+        assert!(set < self.sets, "set {set} of a {}-set store", self.sets);
+        // SAFETY: as in `set_base`.
+        unsafe { self.data.as_mut_ptr().add(set * self.stride) }
+    }
+
     /// The tags of `set`.
     #[inline(always)]
     fn set_tags(&self, set: usize) -> &[T] {
-        let b = set * self.stride;
-        &bytemuck::cast_slice::<u64, T>(&self.data[b..b + self.tag_words])[..self.ways]
+        // SAFETY (this and the accessors below): `set_base` checked the set; its `ways` tags
+        // fill at most its `tag_words` words and its `ways` states at most the `stride -
+        // tag_words` words after them (`new`), so the two slices are in bounds and disjoint, and
+        // each borrows `self` as the reference it came from does. `T` is `Pod` (any bits are a
+        // valid tag) and at most 8-byte aligned (`new` asserts it), as is every word; so is `u16`.
+        // Exercised on both tag types and many widths by `lru_ranks_match_timestamps`, and by
+        // every cache, TLB and walk-cache test; `set_beyond_the_store_panics` checks the bound.
+        unsafe { std::slice::from_raw_parts(self.set_base(set).cast::<T>(), self.ways) }
     }
 
     /// The tags of `set`, mutably.
     #[inline(always)]
     fn set_tags_mut(&mut self, set: usize) -> &mut [T] {
-        let b = set * self.stride;
         let ways = self.ways;
-        &mut bytemuck::cast_slice_mut::<u64, T>(&mut self.data[b..b + self.tag_words])[..ways]
+        // SAFETY: see `set_tags`.
+        unsafe { std::slice::from_raw_parts_mut(self.set_base_mut(set).cast::<T>(), ways) }
     }
 
-    /// The tags and the replacement state of `set`, cut from the store with one bounds check.
+    /// The tags and the replacement state of `set`.
     #[inline(always)]
     fn set_parts(&mut self, set: usize) -> (&mut [T], &mut [u16]) {
-        let b = set * self.stride;
-        let ways = self.ways;
-        let (tags, meta) = self.data[b..b + self.stride].split_at_mut(self.tag_words);
-        (&mut bytemuck::cast_slice_mut::<u64, T>(tags)[..ways], &mut bytemuck::cast_slice_mut::<u64, u16>(meta)[..ways])
+        let (ways, tag_words) = (self.ways, self.tag_words);
+        let base = self.set_base_mut(set);
+        // SAFETY: see `set_tags`; the tags end before word `tag_words`, where the states begin.
+        unsafe {
+            (
+                std::slice::from_raw_parts_mut(base.cast::<T>(), ways),
+                std::slice::from_raw_parts_mut(base.add(tag_words).cast::<u16>(), ways),
+            )
+        }
     }
 
     /// The replacement state of `set`.
     #[inline(always)]
     fn set_meta(&mut self, set: usize) -> &mut [u16] {
-        let b = set * self.stride;
-        let ways = self.ways;
-        &mut bytemuck::cast_slice_mut::<u64, u16>(&mut self.data[b + self.tag_words..b + self.stride])[..ways]
+        let (ways, tag_words) = (self.ways, self.tag_words);
+        // SAFETY: see `set_tags`.
+        unsafe { std::slice::from_raw_parts_mut(self.set_base_mut(set).add(tag_words).cast::<u16>(), ways) }
     }
 
     /// The way of `set` holding `tag` (the lowest, for [`Tag::INVALID`]). The scan compares every
@@ -821,6 +855,8 @@ mod tests {
             let sets = 4;
             let mut rng = crate::rng::Rng::new(ways as u64);
             let mut fast = SetAssoc::new(sets, ways, Replacement::Lru);
+            // The same store with narrow tags answers alike (its own set layout).
+            let mut narrow = SetAssoc::<u32>::new(sets, ways, Replacement::Lru);
             let mut slow = StampLru { ways, tags: vec![INVALID_TAG; sets * ways], stamps: vec![0; sets * ways], clock: 0 };
             for step in 0..20_000 {
                 let set = rng.below(sets as u64) as usize;
@@ -828,11 +864,14 @@ mod tests {
                 match rng.below(10) {
                     0 => {
                         let w = rng.below(ways as u64) as usize;
-                        assert_eq!(fast.invalidate_way(set, w), slow.invalidate_way(set, w), "step {step}");
+                        let dropped = fast.invalidate_way(set, w);
+                        assert_eq!(narrow.invalidate_way(set, w).map(u64::from), dropped, "step {step}, narrow tags");
+                        assert_eq!(dropped, slow.invalidate_way(set, w), "step {step}");
                     }
                     1 if step % 97 == 0 => {
                         let m = rng.below(5) + 2;
                         fast.invalidate_if(|t| t.is_multiple_of(m));
+                        narrow.invalidate_if(|t| u64::from(t).is_multiple_of(m));
                         for s in 0..sets {
                             for w in 0..ways {
                                 let t = slow.tags[s * ways + w];
@@ -845,13 +884,25 @@ mod tests {
                     _ => {
                         let hit = fast.lookup(set, tag);
                         assert_eq!(hit, slow.lookup(set, tag), "step {step}");
+                        assert_eq!(hit, narrow.lookup(set, tag as u32), "step {step}, narrow tags");
                         if hit.is_none() {
-                            assert_eq!(fast.insert(set, tag), slow.insert(set, tag), "step {step}, {ways} ways");
+                            let (way, old) = narrow.insert(set, tag as u32);
+                            let wide = fast.insert(set, tag);
+                            assert_eq!((way, old.map(u64::from)), wide, "step {step}, narrow tags");
+                            assert_eq!(wide, slow.insert(set, tag), "step {step}, {ways} ways");
                         }
                     }
                 }
             }
         }
+    }
+
+    /// The set accessors' one bound: a set beyond the store panics instead of reading past it.
+    #[test]
+    #[should_panic(expected = "set 4 of a 4-set store")]
+    fn set_beyond_the_store_panics() {
+        let mut s = SetAssoc::<u32>::new(4, 16, Replacement::Lru);
+        s.lookup(4, 1);
     }
 
     #[test]
