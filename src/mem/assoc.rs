@@ -535,7 +535,7 @@ impl<T: Tag> SetAssoc<T> {
     /// Victim choice: the lowest-index invalid way if there is one; otherwise LRU takes the least recently
     /// used way, and SRRIP the lowest-index way with RRPV 3, after ageing every way of the set (adding 1 to
     /// all RRPVs) as many times as needed to produce one. The new tag is LRU-most-recent, or SRRIP RRPV 2.
-    #[inline]
+    #[inline(always)]
     pub fn insert(&mut self, set: usize, tag: T) -> (usize, Option<T>) {
         debug_assert!(self.probe(set, tag).is_none(), "tag {tag:#x} inserted twice in set {set}");
         debug_assert!(tag != T::INVALID, "the invalid tag is reserved");
