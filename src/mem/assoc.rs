@@ -379,7 +379,7 @@ impl<T: Tag> SetAssoc<T> {
     /// check the set accessors below need: [`SetAssoc::new`] sized `data` to `sets × stride`
     /// words and never resizes it, and within a set the first `tag_words` words hold its `ways`
     /// tags and the other `stride - tag_words` its `ways` `u16` states, so every slice they cut
-    /// lies inside `data` (the slice checks and casts they replace cost a GUPS access about 200
+    /// lies inside `data` (the slice checks and casts they replace cost a GUPS access about 150
     /// instructions; docs/performance.md, "Set accessors").
     #[inline(always)]
     fn set_base(&self, set: usize) -> *const u64 {
