@@ -93,6 +93,7 @@ pub fn metrics(r: &RunOutput) -> Vec<Metric> {
     add("thp_fallbacks", (r.os.thp_fallback_range + r.os.thp_fallback_nomem + r.os.thp_fallback_driver) as f64, "faults");
     add("promotions", r.os.promotions as f64, "collapses");
     add("shootdowns", r.os.shootdowns as f64, "shootdowns");
+    add("context_switches", c.context_switches as f64, "switches");
     add("page_migrations", r.os.migrations as f64, "pages");
     add("page_evictions", r.os.evictions as f64, "pages");
     add("migration_stall_cycles", r.os.migration_stall_cycles as f64, "cycles");

@@ -28,6 +28,7 @@ fn processes_time_share_one_core() {
     let r = run("radix4", &s);
     assert_eq!(r.core.accesses, 3 * 100_000);
     assert!(r.core.context_switches >= 10, "switches {}", r.core.context_switches);
+    assert_eq!(metric(&r, "context_switches"), r.core.context_switches as f64, "the metric reports the cores' count");
     // With PCIDs nothing is flushed; without them the TLBs start cold after each switch.
     s.push("sim.flush_on_switch=true");
     let f = run("radix4", &s);
