@@ -333,7 +333,7 @@ impl<T: Tag> SetAssoc<T> {
         assert!(sets >= 1 && ways >= 1, "a set-associative store needs at least one set and one way (got {sets} × {ways})");
         assert!(ways <= MAX_WAYS as usize, "{ways} ways exceed the {MAX_WAYS} supported");
         // The set accessors' safety rests on this layout (`SetAssoc::set_base`).
-        const { assert!(std::mem::align_of::<T>() <= 8 && std::mem::align_of::<u16>() <= 8) };
+        const { assert!(std::mem::align_of::<T>() <= 8) };
         let tag_words = (ways * std::mem::size_of::<T>()).div_ceil(8);
         let stride = tag_words + ways.div_ceil(4);
         let n = sets.checked_mul(stride).expect("sets × ways overflows usize");
@@ -477,13 +477,16 @@ impl<T: Tag> SetAssoc<T> {
         meta[way] = 0;
     }
 
-    /// Replacement state of a way just filled (LRU: most recent; SRRIP: long re-reference).
+    /// Puts `tag` in `way` of a set (`tags`, `meta`) with a fill's replacement state (LRU: most
+    /// recent; SRRIP: long re-reference); returns the tag it replaced, if valid.
     #[inline(always)]
-    fn fill_state(policy: Replacement, meta: &mut [u16], way: usize) {
+    fn fill_way(policy: Replacement, tags: &mut [T], meta: &mut [u16], way: usize, tag: T) -> Option<T> {
+        let old = std::mem::replace(&mut tags[way], tag);
         match policy {
             Replacement::Lru => Self::promote(meta, way),
             Replacement::Srrip => meta[way] = RRPV_LONG,
         }
+        (old != T::INVALID).then_some(old)
     }
 
     /// Marks `way` of `set` as just used: LRU makes it most recently used, SRRIP predicts near
@@ -491,7 +494,12 @@ impl<T: Tag> SetAssoc<T> {
     #[inline(always)]
     fn touch_at(&mut self, set: usize, way: usize) {
         let policy = self.policy;
-        let meta = self.set_meta(set);
+        Self::hit_state(policy, self.set_meta(set), way);
+    }
+
+    /// Replacement state of a way just hit ([`SetAssoc::touch_at`] on a set's state `meta`).
+    #[inline(always)]
+    fn hit_state(policy: Replacement, meta: &mut [u16], way: usize) {
         match policy {
             Replacement::Lru => Self::promote(meta, way),
             Replacement::Srrip => meta[way] = 0,
@@ -506,10 +514,7 @@ impl<T: Tag> SetAssoc<T> {
         let policy = self.policy;
         let (tags, meta) = self.set_parts(set);
         let way = Self::find_in(tags, tag)?;
-        match policy {
-            Replacement::Lru => Self::promote(meta, way),
-            Replacement::Srrip => meta[way] = 0,
-        }
+        Self::hit_state(policy, meta, way);
         Some(way)
     }
 
@@ -539,13 +544,11 @@ impl<T: Tag> SetAssoc<T> {
     pub fn insert(&mut self, set: usize, tag: T) -> (usize, Option<T>) {
         debug_assert!(self.probe(set, tag).is_none(), "tag {tag:#x} inserted twice in set {set}");
         debug_assert!(tag != T::INVALID, "the invalid tag is reserved");
-        // `victim` and `insert_at` fused, so the set is cut from the store once.
+        // `victim` and `insert_at` on one cut of the set.
         let policy = self.policy;
         let (tags, meta) = self.set_parts(set);
         let way = Self::victim_in(policy, meta);
-        let old = std::mem::replace(&mut tags[way], tag);
-        Self::fill_state(policy, meta, way);
-        (way, (old != T::INVALID).then_some(old))
+        (way, Self::fill_way(policy, tags, meta, way, tag))
     }
 
     /// The way a fill of `set` would use, chosen (and SRRIP state aged) exactly as
@@ -564,9 +567,7 @@ impl<T: Tag> SetAssoc<T> {
         debug_assert!(self.probe(set, tag).is_none_or(|w| w == way), "tag {tag:#x} inserted twice in set {set}");
         let policy = self.policy;
         let (tags, meta) = self.set_parts(set);
-        let old = std::mem::replace(&mut tags[way], tag);
-        Self::fill_state(policy, meta, way);
-        (old != T::INVALID).then_some(old)
+        Self::fill_way(policy, tags, meta, way, tag)
     }
 
     /// Chooses the way to fill in `set` (and ages SRRIP state if needed).
