@@ -15,7 +15,9 @@
 //!   that exhausts its kicks also resizes (the fullest way that is not already migrating).
 //!
 //! Host-side, slots hold indices into an arena of lines, and each line remembers where it is, so
-//! moving a line is an index swap. OS work is counted through [`OsCost`]: one hash per hash
+//! moving a line is an index swap. A slot also keeps the low 32 bits of its line's tag, so a probe
+//! turns away another tag's line without reading it: the arena is large and read at random, and a
+//! walk probes every way (host-side only; what the simulated walk reads does not change). OS work is counted through [`OsCost`]: one hash per hash
 //! computed, one read per slot inspected, one write per slot written.
 
 use crate::addr::Pfn;
@@ -23,8 +25,25 @@ use crate::error::{Error, Result};
 use crate::rng::{mix64, Rng};
 use crate::tapi::{OsCost, TdbEnv};
 
-/// Slot value of an empty slot.
+/// Line index of an empty slot.
 pub const EMPTY: u32 = u32::MAX;
+
+/// One slot of a way's array: the index of the line it holds ([`EMPTY`] if none) and the low 32
+/// bits of that line's tag (module doc).
+#[derive(Clone, Copy)]
+struct Slot {
+    id: u32,
+    key: u32,
+}
+
+/// An empty slot.
+const FREE: Slot = Slot { id: EMPTY, key: 0 };
+
+/// The part of a tag a slot keeps.
+#[inline(always)]
+fn key_of(tag: u64) -> u32 {
+    tag as u32
+}
 /// Bytes per slot (one cache line).
 pub const LINE: u64 = 64;
 
@@ -73,8 +92,7 @@ pub struct Line<P> {
 pub struct Arr {
     n: u64,
     seed: u64,
-    /// Line index per slot, or [`EMPTY`].
-    pub slots: Vec<u32>,
+    slots: Vec<Slot>,
     used: u64,
     blocks: Vec<Pfn>,
     order: u32,
@@ -112,7 +130,7 @@ impl Arr {
                 }
             }
             if !failed {
-                let arr = Arr { n, seed, slots: vec![EMPTY; n as usize], used: 0, blocks, order: chunk };
+                let arr = Arr { n, seed, slots: vec![FREE; n as usize], used: 0, blocks, order: chunk };
                 return Ok((arr, chunk == order));
             }
             for p in blocks {
@@ -148,6 +166,20 @@ impl Arr {
     #[inline(always)]
     pub fn slot(&self, tag: u64) -> usize {
         ((mix64(tag ^ self.seed) as u128 * self.n as u128) >> 64) as usize
+    }
+
+    /// The line in `slot` if it may be tagged `tag`: the slot is full and keeps the low bits of
+    /// `tag`. The caller compares the line's whole tag; a line this rejects is not `tag`'s.
+    #[inline(always)]
+    pub fn candidate(&self, slot: usize, tag: u64) -> Option<u32> {
+        let s = self.slots[slot];
+        (s.id != EMPTY && s.key == key_of(tag)).then_some(s.id)
+    }
+
+    /// Host prefetch of `slot` (a hint: changes nothing).
+    #[inline(always)]
+    pub fn prefetch(&self, slot: usize) {
+        crate::mem::host_prefetch(&self.slots[slot]);
     }
 
     /// Physical address of `slot`.
@@ -298,8 +330,8 @@ impl<P: Copy> Cuckoo<P> {
         self.ways
             .iter()
             .flat_map(|w| w.arrays())
-            .flat_map(|(a, _)| a.slots.iter().filter(|&&s| s != EMPTY))
-            .map(|&s| &self.lines[s as usize])
+            .flat_map(|(a, _)| a.slots.iter().filter(|s| s.id != EMPTY))
+            .map(|s| &self.lines[s.id as usize])
     }
 
     /// The line tagged `tag`, probing way by way (current array, then old) and stopping at the
@@ -309,9 +341,10 @@ impl<P: Copy> Cuckoo<P> {
             for (a, _) in w.arrays() {
                 cost.hash(1);
                 cost.read(1);
-                let id = a.slots[a.slot(tag)];
-                if id != EMPTY && self.lines[id as usize].tag == tag {
-                    return Some(id);
+                if let Some(id) = a.candidate(a.slot(tag), tag) {
+                    if self.lines[id as usize].tag == tag {
+                        return Some(id);
+                    }
                 }
             }
         }
@@ -346,8 +379,8 @@ impl<P: Copy> Cuckoo<P> {
         let loc = self.lines[id as usize].loc;
         let w = &mut self.ways[loc.way as usize];
         let a = if loc.old { w.old.as_mut().expect("line in a live old array") } else { &mut w.cur };
-        debug_assert_eq!(a.slots[loc.slot as usize], id);
-        a.slots[loc.slot as usize] = EMPTY;
+        debug_assert_eq!(a.slots[loc.slot as usize].id, id);
+        a.slots[loc.slot as usize] = FREE;
         a.used -= 1;
         cost.write(1);
         self.lines[id as usize].loc.way = u8::MAX;
@@ -365,9 +398,9 @@ impl<P: Copy> Cuckoo<P> {
             let mut c = way.cursor;
             while c < old.n && moved < budget {
                 env.cost.read(1);
-                let id = old.slots[c as usize];
+                let id = old.slots[c as usize].id;
                 if id != EMPTY {
-                    old.slots[c as usize] = EMPTY;
+                    old.slots[c as usize] = FREE;
                     old.used -= 1;
                     env.cost.write(1);
                     self.queue.push(id);
@@ -398,13 +431,13 @@ impl<P: Copy> Cuckoo<P> {
     /// Puts line `x` into slot `s` of way `w`'s current array; returns the line that was there.
     #[inline]
     fn put(&mut self, x: u32, w: usize, s: usize) -> u32 {
+        let l = &mut self.lines[x as usize];
         let a = &mut self.ways[w].cur;
-        let prev = a.slots[s];
-        a.slots[s] = x;
+        let prev = a.slots[s].id;
+        a.slots[s] = Slot { id: x, key: key_of(l.tag) };
         if prev == EMPTY {
             a.used += 1;
         }
-        let l = &mut self.lines[x as usize];
         if self.track && l.loc.way != u8::MAX && l.loc.way as usize != w {
             self.moved_log.push(x);
         }
@@ -424,7 +457,7 @@ impl<P: Copy> Cuckoo<P> {
                 env.cost.read(1);
                 let a = &self.ways[w].cur;
                 let s = a.slot(tag);
-                if a.slots[s] == EMPTY {
+                if a.slots[s].id == EMPTY {
                     self.put(x, w, s);
                     env.cost.write(1);
                     return self.check_load(w, env);
@@ -480,7 +513,7 @@ impl<P: Copy> Cuckoo<P> {
         let Some(old) = self.ways[w].old.take() else { return Ok(()) };
         for c in self.ways[w].cursor..old.n {
             env.cost.read(1);
-            let id = old.slots[c as usize];
+            let id = old.slots[c as usize].id;
             if id != EMPTY {
                 env.cost.write(1);
                 self.queue.push(id);
@@ -498,8 +531,8 @@ impl<P: Copy> Cuckoo<P> {
         let n = self.ways[w].cur.n.saturating_mul(self.p.scale);
         let new = self.new_arr(w, n, env)?;
         let old = std::mem::replace(&mut self.ways[w].cur, new);
-        for &id in old.slots.iter().filter(|&&id| id != EMPTY) {
-            self.lines[id as usize].loc.old = true;
+        for s in old.slots.iter().filter(|s| s.id != EMPTY) {
+            self.lines[s.id as usize].loc.old = true;
         }
         self.ways[w].old = Some(old);
         self.ways[w].cursor = 0;
@@ -552,5 +585,41 @@ mod tests {
         for tag in 0..400u64 {
             assert_eq!(t.line(t.peek(tag).unwrap()).data, tag);
         }
+    }
+    /// Every full slot keeps the low bits of its line's tag, through kicks, resizes, migration and
+    /// removals; tags that share their low 32 bits are told apart by the full compare.
+    #[test]
+    fn slot_keys_follow_their_lines_and_twin_tags_are_told_apart() {
+        let mut phys = PhysMem::new(64 << 20, 14);
+        let mut cost = OsCost::default();
+        let mut env = TdbEnv { phys: &mut phys, cost: &mut cost };
+        let mut t: Cuckoo<u64> = Cuckoo::new(params(16), 3, false, &mut env).unwrap();
+        let twin = |tag: u64| tag | 1 << 32;
+        let mut ids = Vec::new();
+        for tag in 0..300u64 {
+            ids.push((tag, t.insert(tag, tag, 1, &mut env).unwrap()));
+            ids.push((twin(tag), t.insert(twin(tag), twin(tag), 1, &mut env).unwrap()));
+            t.migrate_step(&mut env).unwrap();
+        }
+        assert!(t.stats.resizes > 0 && t.stats.kicks > 0, "the table was exercised: {:?}", t.stats);
+        let check = |t: &Cuckoo<u64>| {
+            for w in t.ways() {
+                for (a, _) in w.arrays() {
+                    for s in a.slots.iter().filter(|s| s.id != EMPTY) {
+                        assert_eq!(s.key, key_of(t.line(s.id).tag));
+                    }
+                }
+            }
+        };
+        check(&t);
+        for &(tag, id) in &ids {
+            assert_eq!(t.peek(tag), Some(id));
+        }
+        for &(tag, id) in ids.iter().step_by(2) {
+            t.remove(id, &mut OsCost::default());
+            assert_eq!(t.peek(tag), None);
+            assert_eq!(t.peek(twin(tag)).map(|i| t.line(i).data), Some(twin(tag)), "its twin stays");
+        }
+        check(&t);
     }
 }

@@ -145,9 +145,10 @@ impl Ecpt {
         for w in c.ways() {
             for (a, _) in w.arrays() {
                 let slot = a.slot(tag);
-                let id = a.slots[slot];
-                if id != EMPTY && c.line(id).tag == tag {
-                    found = Some((plan.refs.len(), c.line(id).data));
+                if let Some(id) = a.candidate(slot, tag) {
+                    if c.line(id).tag == tag {
+                        found = Some((plan.refs.len(), c.line(id).data));
+                    }
                 }
                 plan.push(a.paddr(slot), step, false);
             }

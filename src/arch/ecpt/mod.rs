@@ -48,7 +48,7 @@ use crate::addr::PageSize;
 use crate::error::{Error, Result};
 use crate::mmu::wcache::{WalkCache, WalkCacheConfig};
 use crate::tapi::{generic_for_each, generic_range_is_empty, Driver, OsCost, TObj, Tdb, TdbEnv, Translation, WalkPlan};
-use cuckoo::{Cuckoo, Params, EMPTY};
+use cuckoo::{Cuckoo, Params};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 

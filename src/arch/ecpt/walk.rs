@@ -178,7 +178,7 @@ impl Driver for Ecpt {
             for way in t.ways() {
                 for (a, _) in way.arrays() {
                     let slot = a.slot(tag);
-                    crate::mem::host_prefetch(&a.slots[slot]);
+                    a.prefetch(slot);
                     first.get_or_insert_with(|| a.paddr(slot));
                 }
             }
@@ -280,8 +280,7 @@ impl Ecpt {
                 }
                 for (a, _) in way.arrays() {
                     let slot = a.slot(tag);
-                    let id = a.slots[slot];
-                    if id != EMPTY {
+                    if let Some(id) = a.candidate(slot, tag) {
                         let l = t.line(id);
                         if l.tag == tag && l.data[j] & PRESENT != 0 {
                             let tr = Translation { pbase: l.data[j] & ADDR_MASK & !size.offset_mask(), size };
