@@ -706,6 +706,14 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
 
     const PREFETCHES_FRAME: bool = true;
 
+    const PREFETCHES_LATE: bool = G::PREFETCHES_LATE;
+
+    /// The guest driver's second stage (its walk is the guest dimension of the 2-D walk).
+    #[inline]
+    fn prefetch_late(&self, s: &NestedSpace<G>, va: u64) {
+        self.guest.prefetch_late(&s.guest, va);
+    }
+
     /// The host driver's prefetch for the guest frame `gpa`: the host entry the 2-D walk's last
     /// host walk reads, which `prefetch` could not name without the guest entry's contents. (The
     /// guest leaf's host-physical address, which the host's ground truth would give, costs a

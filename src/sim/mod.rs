@@ -537,8 +537,9 @@ fn access_loop<D: Driver, M: Mode>(
                 if prefetch && st.pos + 1 < st.len && (st.buf[st.pos].vaddr ^ st.buf[st.pos + 1].vaddr) >> 12 != 0 {
                     prefetch_walk::<D, Additive, M>(eng, c, &st.buf[st.pos + 1]);
                 }
-                if D::PREFETCHES_FRAME && prefetch && st.pos < st.len && (st.buf[st.pos].vaddr ^ a.vaddr) >> 12 != 0 {
-                    prefetch_frame(eng, c, &st.buf[st.pos]);
+                if (D::PREFETCHES_FRAME || D::PREFETCHES_LATE) && prefetch && st.pos < st.len && (st.buf[st.pos].vaddr ^ a.vaddr) >> 12 != 0
+                {
+                    prefetch_second(eng, c, &st.buf[st.pos]);
                 }
                 step::<D, Additive, M>(eng, &mut cores[c], c, &a)?;
                 if !eng.os.pending.is_empty() {
@@ -734,12 +735,19 @@ fn prefetch_walk<D: Driver, T: TimingModel, M: Mode>(eng: &Engine<D, T>, c: usiz
     }
 }
 
-/// The second stage of the host prefetch for access `a`, one access ahead, for drivers whose
-/// walk goes on from the translated frame ([`Driver::prefetch_frame`]): the frame comes from the
-/// ground truth, whose bucket [`prefetch_walk`] brought in an access earlier.
+/// The second stage of the host prefetch for access `a`, one access ahead: what the entries
+/// [`prefetch_walk`] brought in an access earlier name ([`Driver::prefetch_late`]), and for
+/// drivers whose walk goes on from the translated frame ([`Driver::prefetch_frame`]) that part of
+/// the walk; the frame comes from the ground truth, whose bucket `prefetch_walk` brought in too.
 #[inline(always)]
-fn prefetch_frame<D: Driver, T: TimingModel>(eng: &Engine<D, T>, c: usize, a: &Access) {
+fn prefetch_second<D: Driver, T: TimingModel>(eng: &Engine<D, T>, c: usize, a: &Access) {
     let Some(p) = eng.os.procs.get(a.asid as usize) else { return };
+    if D::PREFETCHES_LATE {
+        eng.os.driver.prefetch_late(&p.space, a.vaddr);
+    }
+    if !D::PREFETCHES_FRAME {
+        return;
+    }
     if let Some((pa, size)) = p.truth.lookup(a.vaddr) {
         if let Some(entry) = eng.os.driver.prefetch_frame(pa + (a.vaddr & size.offset_mask())) {
             eng.mem.prefetch(c, entry);

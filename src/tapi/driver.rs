@@ -103,6 +103,17 @@ pub trait Driver: Tdb + Sized + 'static {
         None
     }
 
+    /// Whether the host prefetch has a second stage that needs only the address
+    /// ([`Driver::prefetch_late`]). Default: false, which costs the loop nothing.
+    const PREFETCHES_LATE: bool = false;
+
+    /// A second stage of the host prefetch, one access ahead, for a walk whose entries name
+    /// further host memory: [`Driver::prefetch`] brought those entries in an access earlier, so
+    /// reading them now does not wait, and what they name can be prefetched (ECPT: the lines its
+    /// slots point to). Must change no simulated state and no counter. Default: nothing.
+    #[inline(always)]
+    fn prefetch_late(&self, _space: &Self::Space, _va: u64) {}
+
     /// The machine-physical translation behind translation `t` of `va` that the OS installed:
     /// `t` itself natively; a nested driver composes it with the host's mapping of the
     /// guest-physical page. Checked mode compares every walk and TLB hit with this. Default: `t`.

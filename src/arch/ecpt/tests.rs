@@ -367,6 +367,16 @@ fn prefetch_names_a_slot_the_walk_probes() {
         r.walk(&mut s, &mut wc, 7, va, &mut plan);
         assert!(plan.refs.iter().any(|x| x.paddr == entry), "{va:#x}: {entry:#x} not among {:?}", plan.refs);
     }
+    // The second stage names the line holding each mapped page's entry, and none for a page
+    // nothing maps.
+    for (va, size) in [(0x4020_3010u64, PageSize::K4), (0x1_8060_0000, PageSize::M2)] {
+        let mut tags = Vec::new();
+        Ecpt::candidate_lines(&s, va, |l| tags.push(l.tag));
+        assert!(tags.contains(&((va >> size.shift()) >> 3)), "{va:#x}: {tags:?}");
+    }
+    let mut n = 0;
+    Ecpt::candidate_lines(&s, 0x7000_0000, |_| n += 1);
+    assert_eq!(n, 0);
 }
 
 /// One checked walk: no violation allowed.

@@ -186,6 +186,16 @@ impl Driver for Ecpt {
         first
     }
 
+    const PREFETCHES_LATE: bool = true;
+
+    /// The lines the walk will read: those named by the slots `prefetch` brought in an access
+    /// earlier and keeping the tag's low bits (the walk reads each such line to compare its tag;
+    /// on a random workload the line is what it waits for).
+    #[inline]
+    fn prefetch_late(&self, s: &EcptSpace, va: u64) {
+        Ecpt::candidate_lines(s, va, crate::mem::host_prefetch);
+    }
+
     fn restart_metrics(&mut self) {
         self.c = Counters::default();
     }
@@ -257,6 +267,23 @@ impl Ecpt {
             (Some(h), _) => Some(sizes(h, way(h))),
             (None, Some(h)) => Some(sizes(h, all)),
             (None, None) => None,
+        }
+    }
+
+    /// Calls `f` on each line a walk of `va` reads to compare its tag: per page size and way,
+    /// the line its slot names if the slot keeps the tag's low bits.
+    #[inline(always)]
+    pub(super) fn candidate_lines(s: &EcptSpace, va: u64, mut f: impl FnMut(&cuckoo::Line<Cluster>)) {
+        for (i, t) in s.tables.iter().enumerate() {
+            let Some(t) = t else { continue };
+            let tag = (va >> SIZES[i].shift()) >> 3;
+            for way in t.ways() {
+                for (a, _) in way.arrays() {
+                    if let Some(id) = a.candidate(a.slot(tag), tag) {
+                        f(t.line(id));
+                    }
+                }
+            }
         }
     }
 
