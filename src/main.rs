@@ -105,6 +105,10 @@ enum Cmd {
         /// settings (e.g. --set workload.params.table=64M).
         #[arg(long = "set", short = 's')]
         sets: Vec<String>,
+        /// Rounds of the whole list; with more than one, a summary gives each benchmark's median
+        /// CPU time and its median ratio to radix4 within a round (for a noisy host).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        repeat: u32,
     },
     /// Re-run a paper's comparisons and print our numbers beside the paper's (`emt`, ...).
     Reproduce {
@@ -364,23 +368,32 @@ fn peak_rss(reset: bool) -> Option<u64> {
     Some(kib << 10)
 }
 
-fn bench(accesses: u64, designs: Option<Vec<String>>, workloads: Option<Vec<String>>, extra: &[String]) -> Result<()> {
+fn bench(accesses: u64, designs: Option<Vec<String>>, workloads: Option<Vec<String>>, extra: &[String], repeat: u32) -> Result<()> {
     // The default nested pair runs on GUPS only (the other workloads add nothing its walk does
     // not show); designs the user names run on every workload.
     let nested_gups_only = designs.is_none();
     let designs = designs.unwrap_or_else(|| BENCH_DESIGNS.iter().map(|d| d.to_string()).collect());
     let workloads = workloads.unwrap_or_else(|| BENCH_WORKLOADS.iter().map(|w| w.to_string()).collect());
-    println!("xlate bench: about {accesses} accesses each, full model (TLBs, PWCs, caches, DRAM), release build expected");
-    let w = designs.iter().map(|d| d.len()).max().unwrap_or(0).max(14);
-    println!(
-        "{:>w$} {:<7} {:>10} {:>12} {:>15} {:>10} {:>10}",
-        "design", "workload", "accesses", "loop M acc/s", "loop CPU s/M acc", "setup s", "peak RSS"
-    );
+    let mut list = Vec::new();
     for wl in &workloads {
         for design in &designs {
-            if nested_gups_only && design.contains('@') && wl != "gups" {
-                continue;
+            if !(nested_gups_only && design.contains('@') && wl != "gups") {
+                list.push((design.as_str(), wl.as_str()));
             }
+        }
+    }
+    println!("xlate bench: about {accesses} accesses each, full model (TLBs, PWCs, caches, DRAM), release build expected");
+    let w = designs.iter().map(|d| d.len()).max().unwrap_or(0).max(14);
+    let round_col = if repeat > 1 { format!("{:>5} ", "round") } else { String::new() };
+    println!(
+        "{round_col}{:>w$} {:<7} {:>10} {:>12} {:>15} {:>10} {:>10}",
+        "design", "workload", "accesses", "loop M acc/s", "loop CPU s/M acc", "setup s", "peak RSS"
+    );
+    // CPU seconds per million accesses, per benchmark of `list`, per round. Rounds run the whole
+    // list in turn, so a slow spell of the host lands on every benchmark alike.
+    let mut cpu = vec![Vec::new(); list.len()];
+    for round in 1..=repeat {
+        for (k, &(design, wl)) in list.iter().enumerate() {
             let mut sets = vec![format!("workload.name=\"{wl}\"")];
             sets.extend(bench_params(wl, accesses));
             sets.extend(extra.iter().cloned());
@@ -389,17 +402,58 @@ fn bench(accesses: u64, designs: Option<Vec<String>>, workloads: Option<Vec<Stri
             let r = sim::run(arch::lookup(design)?, &cfg, &[], false)?;
             let n = r.core.accesses as f64;
             let rss = peak_rss(false).map_or("n/a".to_string(), |b| format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64));
+            let round_col = if repeat > 1 { format!("{round:>5} ") } else { String::new() };
             println!(
-                "{design:>w$} {wl:<7} {:>10} {:>12.2} {:>15.3} {:>10.3} {:>10}",
+                "{round_col}{design:>w$} {wl:<7} {:>10} {:>12.2} {:>15.3} {:>10.3} {:>10}",
                 r.core.accesses,
                 n / (r.wall_s - r.setup_s) / 1e6,
                 r.loop_cpu_s / (n / 1e6),
                 r.setup_s,
                 rss
             );
+            cpu[k].push(r.loop_cpu_s / (n / 1e6));
         }
     }
+    if repeat > 1 {
+        print!("{}", bench_summary(&list, &cpu, w));
+    }
     Ok(())
+}
+
+/// The summary of `xlate bench --repeat`: per benchmark, the median CPU seconds per million
+/// accesses over the rounds, their range, and the median over rounds of its ratio to radix4 on
+/// the same workload in the same round (blank without a radix4 run of that workload).
+fn bench_summary(list: &[(&str, &str)], cpu: &[Vec<f64>], w: usize) -> String {
+    let mut out = format!(
+        "median over {} rounds:\n{:>w$} {:<7} {:>15} {:>17} {:>10}\n",
+        cpu.first().map_or(0, |c| c.len()),
+        "design",
+        "workload",
+        "loop CPU s/M acc",
+        "range",
+        "x radix4"
+    );
+    for (k, &(design, wl)) in list.iter().enumerate() {
+        let base = list.iter().position(|&(d, l)| d == "radix4" && l == wl);
+        let ratio = base.map_or(String::new(), |b| {
+            let ratios: Vec<f64> = cpu[k].iter().zip(&cpu[b]).map(|(x, r)| x / r).collect();
+            format!("{:.2}", median(&ratios))
+        });
+        let (lo, hi) = cpu[k].iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        out += &format!("{design:>w$} {wl:<7} {:>15.3} {:>17} {ratio:>10}\n", median(&cpu[k]), format!("{lo:.3}-{hi:.3}"));
+    }
+    out
+}
+
+/// The median of `v` (the mean of the middle two for an even count; 0 for none).
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 /// `xlate trace`: runs the program under QEMU and writes what it accesses as a native trace.
@@ -572,7 +626,7 @@ fn real_main() -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Bench { accesses, designs, workloads, sets } => bench(accesses, designs, workloads, &sets),
+        Cmd::Bench { accesses, designs, workloads, sets, repeat } => bench(accesses, designs, workloads, &sets, repeat),
         Cmd::Reproduce { study, list, sets, json, quiet, out, force } => {
             if list {
                 for s in xlate::reproduce::STUDIES {
@@ -629,5 +683,28 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(_) => ExitCode::from(2),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Medians over rounds, and ratios to radix4 taken within each round before the median:
+    /// a round where the host ran everything slower moves neither.
+    #[test]
+    fn bench_summary_takes_medians_and_ratios_within_rounds() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
+        let list = [("radix4", "gups"), ("ecpt", "gups"), ("ecpt", "bfs")];
+        let cpu = vec![vec![0.2, 0.4, 0.3], vec![0.3, 0.6, 0.9], vec![0.5, 0.7, 0.6]];
+        let s = bench_summary(&list, &cpu, 8);
+        let rows: Vec<Vec<&str>> = s.lines().skip(2).map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows[0], ["radix4", "gups", "0.300", "0.200-0.400", "1.00"]);
+        // Per-round ratios 1.5, 1.5, 3: median 1.5 (the ratio of the medians would be 2).
+        assert_eq!(rows[1], ["ecpt", "gups", "0.600", "0.300-0.900", "1.50"]);
+        assert_eq!(rows[2], ["ecpt", "bfs", "0.600", "0.500-0.700"], "no radix4 bfs run: no ratio");
+        assert!(s.starts_with("median over 3 rounds:"));
     }
 }
