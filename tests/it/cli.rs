@@ -131,6 +131,17 @@ fn bench_prints_speed_cpu_time_and_memory() {
         assert!(row.contains("stream") && row.contains("MiB"), "{row}");
     }
     fails_with(&["bench", "--accesses", "1000", "--designs", "nosuch"], &["nosuch"]);
+    // Rounds: each row names its round, and the summary gives medians and ratios to radix4.
+    let (code, out, err) = xlate(&["bench", "--accesses", "4000", "--designs", "radix4,ideal", "--workloads", "stream", "--repeat", "2"]);
+    assert_eq!(code, 0, "{err}");
+    for round in ["1", "2"] {
+        assert!(out.lines().any(|l| l.split_whitespace().take(2).eq([round, "ideal"])), "no round {round} row: {out}");
+    }
+    let summary = out.split_once("median over 2 rounds:").unwrap_or_else(|| panic!("no summary: {out}")).1;
+    let radix = summary.lines().find(|l| l.split_whitespace().next() == Some("radix4")).unwrap_or_else(|| panic!("{out}"));
+    assert!(radix.ends_with("1.00"), "{radix}");
+    assert!(summary.lines().any(|l| l.split_whitespace().next() == Some("ideal")), "{out}");
+    fails_with(&["bench", "--repeat", "0"], &["repeat"]);
 }
 
 #[test]
