@@ -17,8 +17,10 @@
 //! Host-side, slots hold indices into an arena of lines, and each line remembers where it is, so
 //! moving a line is an index swap. A slot also keeps the low 32 bits of its line's tag, so a probe
 //! turns away another tag's line without reading it: the arena is large and read at random, and a
-//! walk probes every way (host-side only; what the simulated walk reads does not change). OS work is counted through [`OsCost`]: one hash per hash
-//! computed, one read per slot inspected, one write per slot written.
+//! walk probes every way (host-side only; what the simulated walk reads does not change).
+//!
+//! OS work is counted through [`OsCost`]: one hash per hash computed, one read per slot inspected,
+//! one write per slot written.
 
 use crate::addr::Pfn;
 use crate::error::{Error, Result};
@@ -44,6 +46,7 @@ const FREE: Slot = Slot { id: EMPTY, key: 0 };
 fn key_of(tag: u64) -> u32 {
     tag as u32
 }
+
 /// Bytes per slot (one cache line).
 pub const LINE: u64 = 64;
 
@@ -586,6 +589,7 @@ mod tests {
             assert_eq!(t.line(t.peek(tag).unwrap()).data, tag);
         }
     }
+
     /// Every full slot keeps the low bits of its line's tag, through kicks, resizes, migration and
     /// removals; tags that share their low 32 bits are told apart by the full compare.
     #[test]
