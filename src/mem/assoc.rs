@@ -303,20 +303,39 @@ pub struct SetAssoc<T: Tag = u64> {
     policy: Replacement,
     /// Words per set holding its tags (`ways` `T`s, rounded up to whole words).
     tag_words: usize,
-    /// Words per set: `tag_words`, then the `ways` `u16` replacement states packed four to a word.
+    /// Words per set: `tag_words`, then the `ways` `u16` replacement states packed four to a word,
+    /// then (if asked for: [`SetAssoc::with_way_bytes`]) a byte per way for the owner, then
+    /// padding to a power of two words up to a host line, whole host lines beyond.
     stride: usize,
+    /// Byte offset of the ways' bytes within a set (0 if the store has none).
+    bytes_at: usize,
     /// Set-major; each set is `stride` words: its tags ([`Tag::INVALID`] in empty ways), then its
-    /// replacement state. Keeping them adjacent means a miss, which reads both, touches one
-    /// contiguous run of host memory (a 16-way set: 160 bytes).
+    /// replacement state (then the ways' bytes, if any). Keeping them adjacent means a miss, which
+    /// reads both, touches one contiguous run of host memory, and aligning the sets to host lines
+    /// keeps that run to as few lines as its size needs: a 16-way set of `u32` tags two (128
+    /// bytes with its flag bytes and padding), an 8-way one one; unaligned, the 96 bytes of the
+    /// former spanned three lines in every other set (docs/performance.md, "Sets aligned to host
+    /// lines").
     ///
     /// Replacement state:
     /// LRU: the recency rank of each valid way (0 = most recently used; the valid ways of a set hold
     /// 0..valid-1, each once) and `INVALID_RANK + (ways - 1 - way)` for an invalid way. Ranks give
     /// the same order as timestamps but fit 16 bits, and a hit on the most recent way changes
     /// nothing. SRRIP: the RRPV 0..=3 ([`RRPV_INVALID`] in invalid ways).
-    data: Vec<u64>,
+    data: Vec<HostLine>,
     tag: std::marker::PhantomData<T>,
 }
+
+/// 64 bytes aligned as a host cache line: `SetAssoc`'s storage, so that a set never straddles
+/// more host lines than its size needs.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct HostLine([u64; 8]);
+
+// SAFETY: `repr(C)` over `[u64; 8]`: 64 bytes, no padding, every bit pattern valid.
+unsafe impl bytemuck::Zeroable for HostLine {}
+// SAFETY: as above; `Copy` and `'static`.
+unsafe impl bytemuck::Pod for HostLine {}
 
 impl<T: Tag> fmt::Debug for SetAssoc<T> {
     // The tag arrays can hold millions of entries; print the shape, not the contents.
@@ -330,16 +349,60 @@ impl<T: Tag> SetAssoc<T> {
     /// (the caller validates its config; this type works with any `sets >= 1`). Panics if `ways` or `sets`
     /// is 0 or `ways` exceeds [`MAX_WAYS`] (configs check with [`check_ways`]).
     pub fn new(sets: usize, ways: usize, policy: Replacement) -> Self {
+        Self::build(sets, ways, policy, false)
+    }
+
+    /// [`SetAssoc::new`] with a byte per way stored in the set, beside its tags and replacement
+    /// state, for the owner's per-line flags ([`SetAssoc::byte_index`]): a lookup and the flag
+    /// update after it then touch the same host lines (a 16-way cache set of `u32` tags: 112 of
+    /// its 128 bytes), instead of a parallel array's line as well.
+    pub fn with_way_bytes(sets: usize, ways: usize, policy: Replacement) -> Self {
+        Self::build(sets, ways, policy, true)
+    }
+
+    fn build(sets: usize, ways: usize, policy: Replacement, way_bytes: bool) -> Self {
         assert!(sets >= 1 && ways >= 1, "a set-associative store needs at least one set and one way (got {sets} × {ways})");
         assert!(ways <= MAX_WAYS as usize, "{ways} ways exceed the {MAX_WAYS} supported");
         // The set accessors' safety rests on this layout (`SetAssoc::set_base`).
         const { assert!(std::mem::align_of::<T>() <= 8) };
         let tag_words = (ways * std::mem::size_of::<T>()).div_ceil(8);
-        let stride = tag_words + ways.div_ceil(4);
+        // Sets of up to a host line are a power of two words (never straddling two lines);
+        // larger ones whole lines.
+        let state_words = tag_words + ways.div_ceil(4);
+        let words = state_words + if way_bytes { ways.div_ceil(8) } else { 0 };
+        let stride = if words <= 8 { words.next_power_of_two() } else { words.div_ceil(8) * 8 };
+        let bytes_at = if way_bytes { state_words * 8 } else { 0 };
         let n = sets.checked_mul(stride).expect("sets × ways overflows usize");
-        let mut s = SetAssoc { sets, ways, policy, tag_words, stride, data: vec![0; n], tag: std::marker::PhantomData };
+        let data = vec![HostLine([0; 8]); n.div_ceil(8)];
+        let mut s = SetAssoc { sets, ways, policy, tag_words, stride, bytes_at, data, tag: std::marker::PhantomData };
         s.clear();
         s
+    }
+
+    /// The storage as words.
+    #[inline(always)]
+    fn words(&self) -> &[u64] {
+        bytemuck::cast_slice(&self.data)
+    }
+
+    /// Where the byte of (`set`, `way`) is ([`SetAssoc::with_way_bytes`]), for
+    /// [`SetAssoc::byte`] and [`SetAssoc::byte_mut`]; owners may keep it as a slot's handle.
+    #[inline(always)]
+    pub fn byte_index(&self, set: usize, way: usize) -> usize {
+        debug_assert!(self.bytes_at != 0 && way < self.ways, "no byte for way {way}");
+        set * self.stride * 8 + self.bytes_at + way
+    }
+
+    /// The byte at `index` ([`SetAssoc::byte_index`]).
+    #[inline(always)]
+    pub fn byte(&self, index: usize) -> u8 {
+        bytemuck::cast_slice::<HostLine, u8>(&self.data)[index]
+    }
+
+    /// The byte at `index` ([`SetAssoc::byte_index`]), mutably.
+    #[inline(always)]
+    pub fn byte_mut(&mut self, index: usize) -> &mut u8 {
+        &mut bytemuck::cast_slice_mut::<HostLine, u8>(&mut self.data)[index]
     }
 
     /// Replacement state of invalid way `way`.
@@ -376,16 +439,17 @@ impl<T: Tag> SetAssoc<T> {
     }
 
     /// The first word of `set`. Panics unless `set < sets`. That one compare is the only bounds
-    /// check the set accessors below need: [`SetAssoc::new`] sized `data` to `sets × stride`
-    /// words and never resizes it, and within a set the first `tag_words` words hold its `ways`
-    /// tags and the other `stride - tag_words` its `ways` `u16` states, so every slice they cut
+    /// check the set accessors below need: [`SetAssoc::new`] sized `data` to at least `sets ×
+    /// stride` words and never resizes it, and within a set the first `tag_words` words hold its
+    /// `ways` tags and the next ones its `ways` `u16` states, so every slice they cut
     /// lies inside `data` (the slice checks and casts they replace cost a GUPS access about 150
     /// instructions; docs/performance.md, "Set accessors").
     #[inline(always)]
     fn set_base(&self, set: usize) -> *const u64 {
         assert!(set < self.sets, "set {set} of a {}-set store", self.sets);
-        // SAFETY: set * stride < sets * stride = data.len(), inside the allocation.
-        unsafe { self.data.as_ptr().add(set * self.stride) }
+        // SAFETY: set * stride < sets * stride <= the words of `data`, inside the allocation;
+        // `HostLine` is eight `u64`s (64-byte aligned), so the cast pointer is aligned for `u64`.
+        unsafe { self.data.as_ptr().cast::<u64>().add(set * self.stride) }
     }
 
     /// [`SetAssoc::set_base`], for writing.
@@ -393,7 +457,7 @@ impl<T: Tag> SetAssoc<T> {
     fn set_base_mut(&mut self, set: usize) -> *mut u64 {
         assert!(set < self.sets, "set {set} of a {}-set store", self.sets);
         // SAFETY: as in `set_base`.
-        unsafe { self.data.as_mut_ptr().add(set * self.stride) }
+        unsafe { self.data.as_mut_ptr().cast::<u64>().add(set * self.stride) }
     }
 
     /// The tags of `set`.
@@ -646,6 +710,10 @@ impl<T: Tag> SetAssoc<T> {
         for set in 0..self.sets {
             self.set_tags_mut(set).fill(T::INVALID);
             self.set_meta(set).copy_from_slice(&empty);
+            if self.bytes_at != 0 {
+                let first = self.byte_index(set, 0);
+                bytemuck::cast_slice_mut::<HostLine, u8>(&mut self.data)[first..first + self.ways].fill(0);
+            }
         }
     }
 
@@ -655,7 +723,7 @@ impl<T: Tag> SetAssoc<T> {
     /// a lookup per line.
     #[inline]
     pub fn probe_run(&self, first: usize, n: usize, tag: T, mut f: impl FnMut(usize, usize)) {
-        let run = &self.data[first * self.stride..(first + n) * self.stride];
+        let run = &self.words()[first * self.stride..(first + n) * self.stride];
         for (k, words) in run.chunks_exact(self.stride).enumerate() {
             let tags = &bytemuck::cast_slice::<u64, T>(&words[..self.tag_words])[..self.ways];
             if let Some(way) = Self::find_in(tags, tag) {
@@ -668,9 +736,9 @@ impl<T: Tag> SetAssoc<T> {
     /// simulated effect.
     #[inline(always)]
     pub fn prefetch(&self, set: usize) {
-        let b = set * self.stride;
-        super::host_prefetch(&self.data[b]);
-        super::host_prefetch(&self.data[b + self.stride - 1]);
+        let (b, words) = (set * self.stride, self.words());
+        super::host_prefetch(&words[b]);
+        super::host_prefetch(&words[b + self.stride - 1]);
     }
 
     /// The tag held by (`set`, `way`), if valid.
@@ -996,5 +1064,52 @@ mod tests {
         s.clear();
         assert_eq!(s.tag_at(2, 0), None);
         assert_eq!((s.sets(), s.ways(), s.policy()), (4, 2, Replacement::Srrip));
+    }
+
+    /// Each way's byte is its own: it survives every fill, hit and invalidation of its own and
+    /// other sets, and `clear` zeroes it. The store with bytes answers exactly as the one
+    /// without. Every set lies in as few host lines as its size allows (one for up to 64 bytes).
+    #[test]
+    fn way_bytes_are_private_and_sets_fit_host_lines() {
+        for ways in [1, 2, 4, 8, 12, 16, 24, 64] {
+            let sets = 8;
+            let mut rng = crate::rng::Rng::new(100 + ways as u64);
+            let mut with = SetAssoc::<u32>::with_way_bytes(sets, ways, Replacement::Lru);
+            let mut without = SetAssoc::<u32>::new(sets, ways, Replacement::Lru);
+            let mut bytes = vec![0u8; sets * ways];
+            for step in 0..5_000 {
+                let set = rng.below(sets as u64) as usize;
+                let tag = rng.below(3 * ways as u64) as u32;
+                let hit = with.lookup(set, tag);
+                assert_eq!(hit, without.lookup(set, tag), "{ways} ways, step {step}");
+                let way = match hit {
+                    Some(w) => w,
+                    None => {
+                        let filled = with.insert(set, tag);
+                        assert_eq!(filled, without.insert(set, tag), "{ways} ways, step {step}");
+                        filled.0
+                    }
+                };
+                let b = rng.below(256) as u8;
+                *with.byte_mut(with.byte_index(set, way)) = b;
+                bytes[set * ways + way] = b;
+                if step % 7 == 0 {
+                    let w = rng.below(ways as u64) as usize;
+                    assert_eq!(with.invalidate_way(set, w), without.invalidate_way(set, w));
+                }
+                for s in 0..sets {
+                    for w in 0..ways {
+                        assert_eq!(with.byte(with.byte_index(s, w)), bytes[s * ways + w], "{ways} ways, step {step}");
+                    }
+                }
+            }
+            for set in 0..sets {
+                let (first, last) = (with.set_base(set) as usize, with.set_base(set) as usize + with.stride * 8 - 1);
+                assert!(with.stride <= 8 || first % 64 == 0, "{ways} ways: set {set} starts inside a host line");
+                assert!(with.stride > 8 || first / 64 == last / 64, "{ways} ways: set {set} straddles host lines");
+            }
+            with.clear();
+            assert!((0..sets).all(|s| (0..ways).all(|w| with.byte(with.byte_index(s, w)) == 0)));
+        }
     }
 }

@@ -125,9 +125,9 @@ const TRANSLATION: u8 = 2;
 /// One cache level, storing tags as `T` (module doc).
 #[derive(Clone, Debug)]
 pub struct Cache<T: Tag = u32> {
+    /// The tags, with `DIRTY | TRANSLATION` in each way's byte: a line's "slot" below is the
+    /// index of that byte ([`SetAssoc::byte_index`]).
     tags: SetAssoc<T>,
-    /// `DIRTY | TRANSLATION` per slot, parallel to the tag array.
-    flags: Vec<u8>,
     set_mask: u64,
     /// log2(sets): a line's tag is `line >> set_bits`.
     set_bits: u32,
@@ -176,8 +176,7 @@ impl<T: Tag> Cache<T> {
         let ways = cfg.ways as usize;
         debug_assert!(sets.is_power_of_two(), "unvalidated cache config: {cfg:?}");
         Cache {
-            tags: SetAssoc::new(sets, ways, cfg.policy),
-            flags: vec![0; sets * ways],
+            tags: SetAssoc::with_way_bytes(sets, ways, cfg.policy),
             set_mask: sets as u64 - 1,
             set_bits: sets.trailing_zeros(),
             mru: INVALID_TAG,
@@ -256,10 +255,10 @@ impl<T: Tag> Cache<T> {
         match self.tags.lookup(set, self.tag_of(line)) {
             Some(way) => {
                 self.hits[t] += 1;
-                let slot = self.tags.slot(set, way);
+                let slot = self.tags.byte_index(set, way);
                 self.note_mru(line, slot);
                 if write {
-                    self.flags[slot] |= DIRTY;
+                    *self.tags.byte_mut(slot) |= DIRTY;
                 }
                 true
             }
@@ -281,7 +280,7 @@ impl<T: Tag> Cache<T> {
         let t = translation as usize;
         self.accesses[t] += 1;
         self.hits[t] += 1;
-        self.flags[self.mru_slot] |= if write { DIRTY } else { 0 };
+        *self.tags.byte_mut(self.mru_slot) |= if write { DIRTY } else { 0 };
         true
     }
 
@@ -299,12 +298,12 @@ impl<T: Tag> Cache<T> {
     pub fn fill(&mut self, line: u64, translation: bool, dirty: bool) -> Option<Writeback> {
         let set = self.set_of(line);
         let (way, evicted) = self.tags.insert(set, self.tag_of(line));
-        let slot = self.tags.slot(set, way);
+        let slot = self.tags.byte_index(set, way);
         self.note_mru(line, slot);
         let mut writeback = None;
         match evicted {
             Some(old) => {
-                let f = self.flags[slot];
+                let f = self.tags.byte(slot);
                 self.translation -= u64::from(f & TRANSLATION != 0);
                 if f & DIRTY != 0 {
                     self.writebacks += 1;
@@ -313,7 +312,7 @@ impl<T: Tag> Cache<T> {
             }
             None => self.valid += 1,
         }
-        self.flags[slot] = if dirty { DIRTY } else { 0 } | if translation { TRANSLATION } else { 0 };
+        *self.tags.byte_mut(slot) = if dirty { DIRTY } else { 0 } | if translation { TRANSLATION } else { 0 };
         self.translation += u64::from(translation);
         writeback
     }
@@ -327,9 +326,9 @@ impl<T: Tag> Cache<T> {
         let set = self.set_of(line);
         match self.tags.lookup(set, self.tag_of(line)) {
             Some(way) => {
-                let slot = self.tags.slot(set, way);
+                let slot = self.tags.byte_index(set, way);
                 self.note_mru(line, slot);
-                self.flags[slot] |= DIRTY;
+                *self.tags.byte_mut(slot) |= DIRTY;
                 None
             }
             None => self.fill(line, translation, true),
@@ -340,9 +339,9 @@ impl<T: Tag> Cache<T> {
     #[inline]
     fn forget_slot(&mut self, slot: usize) {
         self.mru = INVALID_TAG;
-        self.translation -= u64::from(self.flags[slot] & TRANSLATION != 0);
+        self.translation -= u64::from(self.tags.byte(slot) & TRANSLATION != 0);
         self.valid -= 1;
-        self.flags[slot] = 0;
+        *self.tags.byte_mut(slot) = 0;
     }
 
     /// Removes `line` if present. A dirty copy is dropped, not written back: invalidations come from
@@ -350,7 +349,7 @@ impl<T: Tag> Cache<T> {
     pub fn invalidate(&mut self, line: u64) {
         let set = self.set_of(line);
         if let Some(way) = self.tags.probe(set, self.tag_of(line)) {
-            self.forget_slot(self.tags.slot(set, way));
+            self.forget_slot(self.tags.byte_index(set, way));
             self.tags.invalidate_way(set, way);
         }
     }
@@ -375,7 +374,7 @@ impl<T: Tag> Cache<T> {
                     m += 1;
                 });
                 for &(set, way) in &found[..m] {
-                    self.forget_slot(self.tags.slot(set, way));
+                    self.forget_slot(self.tags.byte_index(set, way));
                     self.tags.invalidate_way(set, way);
                 }
                 removed += m as u64;
@@ -385,7 +384,7 @@ impl<T: Tag> Cache<T> {
             for line in first_line..end_line {
                 let set = self.set_of(line);
                 if let Some(way) = self.tags.probe(set, self.tag_of(line)) {
-                    self.forget_slot(self.tags.slot(set, way));
+                    self.forget_slot(self.tags.byte_index(set, way));
                     self.tags.invalidate_way(set, way);
                     removed += 1;
                 }
@@ -409,7 +408,7 @@ impl<T: Tag> Cache<T> {
                     let line = self.line_of(set, tag);
                     let i = ranges.partition_point(|r| r.1 <= line);
                     if ranges.get(i).is_some_and(|r| r.0 <= line) {
-                        self.forget_slot(self.tags.slot(set, way));
+                        self.forget_slot(self.tags.byte_index(set, way));
                         self.tags.invalidate_way(set, way);
                         removed += 1;
                     }
