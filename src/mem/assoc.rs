@@ -402,7 +402,13 @@ impl<T: Tag> SetAssoc<T> {
     /// The byte at `index` ([`SetAssoc::byte_index`]), mutably.
     #[inline(always)]
     pub fn byte_mut(&mut self, index: usize) -> &mut u8 {
-        &mut bytemuck::cast_slice_mut::<HostLine, u8>(&mut self.data)[index]
+        &mut self.bytes_mut()[index]
+    }
+
+    /// The storage as bytes, mutably.
+    #[inline(always)]
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        bytemuck::cast_slice_mut(&mut self.data)
     }
 
     /// Replacement state of invalid way `way`.
@@ -712,7 +718,8 @@ impl<T: Tag> SetAssoc<T> {
             self.set_meta(set).copy_from_slice(&empty);
             if self.bytes_at != 0 {
                 let first = self.byte_index(set, 0);
-                bytemuck::cast_slice_mut::<HostLine, u8>(&mut self.data)[first..first + self.ways].fill(0);
+                let ways = self.ways;
+                self.bytes_mut()[first..first + ways].fill(0);
             }
         }
     }
