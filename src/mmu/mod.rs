@@ -269,6 +269,13 @@ impl Tlbs {
         None
     }
 
+    /// The L1 D-TLB probed first answering `va` from its re-hit shortcut ([`Tlb::rehit`]):
+    /// what [`Tlbs::l1d_lookup`] answers then, with no change of state.
+    #[inline(always)]
+    pub fn l1d_rehit(&self, asid: u16, va: u64) -> Option<crate::tapi::Translation> {
+        self.l1d[self.last_l1d].rehit(asid, va)
+    }
+
     /// Whether an L1 D-TLB other than the one that just hit also covers `va` (checked mode: the
     /// probe order of [`Tlbs::l1d_lookup`] relies on this never happening).
     pub fn other_l1d_covers(&self, asid: u16, va: u64) -> bool {

@@ -118,11 +118,15 @@ impl Tlb {
     #[inline(always)]
     pub fn lookup(&mut self, asid: u16, va: u64) -> Option<Translation> {
         // The re-hit shortcut inline in the caller; the set searches out of line.
+        self.rehit(asid, va).or_else(|| self.lookup_sets(asid, va))
+    }
+
+    /// The translation of `va` if it is the most recent entry of its set (of the first size
+    /// held): what [`Tlb::lookup`] answers then, changing nothing, so this changes nothing either.
+    #[inline(always)]
+    pub fn rehit(&self, asid: u16, va: u64) -> Option<Translation> {
         let first = self.sizes[0];
-        if tag(va >> first.shift(), asid, first) == self.mru {
-            return Some(Translation { pbase: self.pbase[self.mru_slot], size: first });
-        }
-        self.lookup_sets(asid, va)
+        (tag(va >> first.shift(), asid, first) == self.mru).then(|| Translation { pbase: self.pbase[self.mru_slot], size: first })
     }
 
     /// [`Tlb::lookup`] past the re-hit shortcut: probes a set per size held.

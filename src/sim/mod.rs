@@ -27,7 +27,7 @@ use crate::mmu::pipeline::{Checked, CoreMmu, Fast, MmuStats, Mode, Overlap, Perf
 use crate::mmu::{TlbStats, Tlbs, WalkStats};
 use crate::os::{Os, ProcVm};
 use crate::tapi::Path as OsPath;
-use crate::tapi::{Driver, Tsvc};
+use crate::tapi::{Driver, Translation, Tsvc};
 use crate::timing::{Additive, TimingModel};
 use crate::trace::{self, Access, AccessKind, AccessSource, TraceInput};
 use crate::workload::{self, Workload};
@@ -531,15 +531,8 @@ fn access_loop<D: Driver, M: Mode>(
             while ran < run {
                 let a = st.buf[st.pos];
                 st.pos += 1;
-                // Two accesses ahead, where the page changes, start the host loads its walk (with a
-                // perfect TLB, its ground-truth lookup) will make (a hint: no simulated effect;
-                // docs/performance.md, "Host prefetch"), in the chunks the tuner runs it in.
-                if prefetch && st.pos + 1 < st.len && (st.buf[st.pos].vaddr ^ st.buf[st.pos + 1].vaddr) >> 12 != 0 {
-                    prefetch_walk::<D, Additive, M>(eng, c, &st.buf[st.pos + 1]);
-                }
-                if (D::PREFETCHES_FRAME || D::PREFETCHES_LATE) && prefetch && st.pos < st.len && (st.buf[st.pos].vaddr ^ a.vaddr) >> 12 != 0
-                {
-                    prefetch_second(eng, c, &st.buf[st.pos]);
+                if prefetch {
+                    prefetch_ahead::<D, M>(eng, c, st, &a);
                 }
                 step::<D, Additive, M>(eng, &mut cores[c], c, &a)?;
                 if !eng.os.pending.is_empty() {
@@ -551,6 +544,22 @@ fn access_loop<D: Driver, M: Mode>(
                 if core.quantum_left <= 0 {
                     expired = true;
                     break;
+                }
+                // The accesses after `a` on its page that re-hit the L1 D-TLB, in a loop of their own.
+                if ran < run && (st.buf[st.pos].vaddr ^ a.vaddr) >> 12 == 0 {
+                    let (k, quantum_over) = step_page_run::<D, M>(eng, core, c, &st.buf[st.pos..st.pos + (run - ran)], a.vaddr >> 12);
+                    if k > 0 {
+                        st.pos += k;
+                        ran += k;
+                        if prefetch {
+                            let last = st.buf[st.pos - 1];
+                            prefetch_ahead::<D, M>(eng, c, st, &last);
+                        }
+                    }
+                    if quantum_over {
+                        expired = true;
+                        break;
+                    }
                 }
             }
             n += ran;
@@ -717,6 +726,68 @@ fn beyond_user_space(src: &Source, thread: usize, index: u64, vaddr: u64, limit:
     }
 }
 
+/// The host prefetch of the access loop, for access `a` of `st` just taken (the next is at
+/// `st.pos`): two accesses ahead, where the page changes, it starts the host loads that access's
+/// walk (with a perfect TLB, its ground-truth lookup) will make, and one access ahead the second
+/// stage. A hint: no simulated effect (docs/performance.md, "Host prefetch"); the loop calls it in
+/// the chunks the tuner runs it in.
+#[inline(always)]
+fn prefetch_ahead<D: Driver, M: Mode>(eng: &Engine<D, Additive>, c: usize, st: &Stream, a: &Access) {
+    if st.pos + 1 < st.len && (st.buf[st.pos].vaddr ^ st.buf[st.pos + 1].vaddr) >> 12 != 0 {
+        prefetch_walk::<D, Additive, M>(eng, c, &st.buf[st.pos + 1]);
+    }
+    if (D::PREFETCHES_FRAME || D::PREFETCHES_LATE) && st.pos < st.len && (st.buf[st.pos].vaddr ^ a.vaddr) >> 12 != 0 {
+        prefetch_second(eng, c, &st.buf[st.pos]);
+    }
+}
+
+/// Steps the accesses of `run` (those after one just stepped, on its 4 KiB page `page`) while
+/// each is a load or store whose translation re-hits the L1 D-TLB, or with a perfect TLB reads
+/// the ground truth ([`Pipeline::translate_rehit`]): sweeps and read-modify-writes are mostly
+/// such runs. For
+/// them [`step`] does only what this does (the same counts, the same data reference, the same
+/// timing), and they cannot raise what the access loop checks after each access but the quantum:
+/// no fault, walk or shootdown. Stops at the first other access, which the loop steps, and when
+/// the quantum expires. Returns how many it stepped and whether the quantum expired.
+#[inline(always)]
+fn step_page_run<D: Driver, M: Mode>(
+    eng: &mut Engine<D, Additive>,
+    core: &mut Core<D>,
+    cid: usize,
+    run: &[Access],
+    page: u64,
+) -> (usize, bool) {
+    // The walk sampler counts every access down, and a store may take a copy-on-write fault:
+    // those go through `step`.
+    if eng.sampler.is_some() {
+        return (0, false);
+    }
+    let cow = eng.os.has_cow();
+    let takes = |b: &Access| b.vaddr >> 12 == page && b.kind != AccessKind::Fetch && !(cow && b.kind == AccessKind::Store);
+    let Some(first) = run.first().filter(|b| takes(b)) else { return (0, false) };
+    let Some(t) = eng.pipe.translate_rehit::<D, Os<D>, M>(&eng.os, &mut core.mmu, first.asid, first.vaddr) else { return (0, false) };
+    // The rest of the page's accesses get the same answer: a re-hit changes no TLB state, their
+    // data references reach only the caches and DRAM, and no OS work runs to change the ground
+    // truth. They count as `translate_rehit` would count them (a perfect TLB counts nothing).
+    let mut k = 0;
+    for b in run {
+        if k > 0 && !(takes(b) && b.asid == first.asid) {
+            break;
+        }
+        count_access(&mut core.stats, b);
+        finish_access(eng, core, cid, b, t, 0);
+        k += 1;
+        core.quantum_left -= b.instrs as i64;
+        if core.quantum_left <= 0 {
+            break;
+        }
+    }
+    if !M::PERFECT {
+        core.mmu.stats.tlb.l1d_lookups += k as u64 - 1;
+    }
+    (k, core.quantum_left <= 0)
+}
+
 /// Host prefetch for access `a` of core `c`: the driver's walk entry and the caches' sets for it;
 /// with a perfect TLB, which walks nothing, the ground truth's bucket instead (also in checked
 /// mode, which looks the truth up on every TLB hit and walk).
@@ -821,14 +892,7 @@ fn merge_core(a: &mut CoreStats, b: &CoreStats, m: &MmuStats) {
 /// One access on core `cid`.
 #[inline]
 fn step<D: Driver, T: TimingModel, M: Mode>(eng: &mut Engine<D, T>, core: &mut Core<D>, cid: usize, a: &Access) -> Result<()> {
-    let s = &mut core.stats;
-    s.accesses += 1;
-    s.instrs += a.instrs as u64;
-    match a.kind {
-        AccessKind::Load => s.loads += 1,
-        AccessKind::Store => s.stores += 1,
-        AccessKind::Fetch => s.fetches += 1,
-    }
+    count_access(&mut core.stats, a);
     let fetch = a.kind == AccessKind::Fetch;
     // The walk sampler: one countdown per access when a policy samples, nothing otherwise.
     let sampled = match eng.sampler.as_mut() {
@@ -858,11 +922,37 @@ fn step<D: Driver, T: TimingModel, M: Mode>(eng: &mut Engine<D, T>, core: &mut C
     if sampled.is_some_and(|w| core.mmu.stats.walk.walks > w) {
         eng.os.record_walk_sample(a.asid, a.vaddr, tcycles);
     }
+    finish_access(eng, core, cid, a, t, tcycles);
+    Ok(())
+}
+
+/// The counts of access `a` ([`step`] and [`step_page_run`] make the same).
+#[inline(always)]
+fn count_access(s: &mut CoreStats, a: &Access) {
+    s.accesses += 1;
+    s.instrs += a.instrs as u64;
+    match a.kind {
+        AccessKind::Load => s.loads += 1,
+        AccessKind::Store => s.stores += 1,
+        AccessKind::Fetch => s.fetches += 1,
+    }
+}
+
+/// The end of access `a`, translated to `t` in `tcycles` past the L1 TLB: its data reference
+/// and its time ([`step`] and [`step_page_run`] end the same way).
+#[inline(always)]
+fn finish_access<D: Driver, T: TimingModel>(
+    eng: &mut Engine<D, T>,
+    core: &mut Core<D>,
+    cid: usize,
+    a: &Access,
+    t: Translation,
+    tcycles: u32,
+) {
     let (dlat, _) = eng.mem.access_hot(cid, t.paddr(a.vaddr), false, a.kind == AccessKind::Store);
     // One evaluation of the timing model per access, split so data stalls are reported.
     let stall = eng.timing.data_stall(dlat);
     core.cycles += eng.timing.compute(a.instrs, tcycles) + stall;
     core.stats.translation_cycles += tcycles as f64;
     core.stats.data_cycles += stall;
-    Ok(())
 }

@@ -275,3 +275,48 @@ fn fork_shares_then_copies_then_frees() {
     assert!(os.phys.free_pages() >= before + 16, "{} → {}", before, os.phys.free_pages());
     assert!(os.phys.is_free(xlate::addr::Pfn::containing(shared)));
 }
+
+/// Fast mode steps the accesses that follow one on its page and re-hit the L1 D-TLB in a loop of
+/// their own (`sim::step_page_run`); checked mode steps every access through the whole pipeline
+/// and changes no simulated number. So the two must give the same results, here in runs that
+/// reach the loop's edges: quanta ending inside a run (processes time-sharing a core), copy-on-write
+/// stores after a fork, the walk sampler (Leshy's, in `et`), a nested design (whose host remaps flush the
+/// TLBs by generation), and Utopia's side lookup before the L1 TLB.
+#[test]
+fn fast_mode_equals_checked_mode() {
+    const STREAM: &[&str] = &["workload.name=\"stream\"", "workload.params.footprint=8M", "workload.params.stride=8"];
+    let with = |base: &[&'static str], more: &[&'static str]| -> Vec<&'static str> { base.iter().chain(more).copied().collect() };
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        ("radix4", with(STREAM, &["workload.processes=3", "cores=1", "sim.quantum_instrs=1001"])),
+        ("radix4-thp", with(STREAM, &["workload.params.passes=2"])),
+        ("radix4@radix4", with(STREAM, &[])),
+        ("utopia", with(STREAM, &["arch.utopia.rsw_start=\"before-l1\""])),
+        (
+            "radix4",
+            vec![
+                "workload.name=\"kvstore\"",
+                "workload.params.footprint=16M",
+                "workload.params.max_accesses=150000",
+                "sim.fork_after_setup=true",
+            ],
+        ),
+        (
+            "et",
+            with(STREAM, &["os.thp=never", "sim.epoch_accesses=5000", "os.leshy.period=16", "os.coala.sleep_ms=100", "os.time_scale=1000"]),
+        ),
+    ];
+    for (d, sets) in cases {
+        // The results and every raw core counter (TLB lookups included), but the checks' count.
+        let results = |checked: &'static str| {
+            let r = run(d, &with(&sets, &[checked]));
+            let mut v = xlate::report::json(&r);
+            let o = v.as_object_mut().unwrap();
+            o.remove("host");
+            o["config"]["sim"].as_object_mut().unwrap().remove("checked");
+            (v, xlate::sim::CoreStats { checked: 0, ..r.core })
+        };
+        let (fast, checked) = (results("sim.checked=false"), results("sim.checked=true"));
+        assert!(fast.1.accesses > 100_000, "{d}: {} accesses", fast.1.accesses);
+        assert!(fast == checked, "{d} {sets:?}: fast and checked runs differ");
+    }
+}
