@@ -545,7 +545,8 @@ fn access_loop<D: Driver, M: Mode>(
                     expired = true;
                     break;
                 }
-                // The accesses after `a` on its page that re-hit the L1 D-TLB, in a loop of their own.
+                // The accesses after `a` on its page that re-hit the L1 D-TLB (with a perfect TLB,
+                // that read the ground truth), in a loop of their own.
                 if ran < run && (st.buf[st.pos].vaddr ^ a.vaddr) >> 12 == 0 {
                     let (k, quantum_over) = step_page_run::<D, M>(eng, core, c, &st.buf[st.pos..st.pos + (run - ran)], a.vaddr >> 12);
                     if k > 0 {
@@ -744,11 +745,11 @@ fn prefetch_ahead<D: Driver, M: Mode>(eng: &Engine<D, Additive>, c: usize, st: &
 /// Steps the accesses of `run` (those after one just stepped, on its 4 KiB page `page`) while
 /// each is a load or store whose translation re-hits the L1 D-TLB, or with a perfect TLB reads
 /// the ground truth ([`Pipeline::translate_rehit`]): sweeps and read-modify-writes are mostly
-/// such runs. For
-/// them [`step`] does only what this does (the same counts, the same data reference, the same
-/// timing), and they cannot raise what the access loop checks after each access but the quantum:
-/// no fault, walk or shootdown. Stops at the first other access, which the loop steps, and when
-/// the quantum expires. Returns how many it stepped and whether the quantum expired.
+/// such runs. For them [`step`] does only what this does (the same counts, the same data
+/// reference, the same timing), and they cannot raise what the access loop checks after each
+/// access but the quantum: no fault, walk or shootdown. Stops at the first other access, which
+/// the loop steps, and when the quantum expires. Returns how many it stepped and whether the
+/// quantum expired.
 #[inline(always)]
 fn step_page_run<D: Driver, M: Mode>(
     eng: &mut Engine<D, Additive>,

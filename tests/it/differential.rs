@@ -306,17 +306,38 @@ fn fast_mode_equals_checked_mode() {
         ),
     ];
     for (d, sets) in cases {
-        // The results and every raw core counter (TLB lookups included), but the checks' count.
-        let results = |checked: &'static str| {
-            let r = run(d, &with(&sets, &[checked]));
-            let mut v = xlate::report::json(&r);
-            let o = v.as_object_mut().unwrap();
-            o.remove("host");
-            o["config"]["sim"].as_object_mut().unwrap().remove("checked");
-            (v, xlate::sim::CoreStats { checked: 0, ..r.core })
-        };
-        let (fast, checked) = (results("sim.checked=false"), results("sim.checked=true"));
+        let (fast, checked) = (run_results(d, &with(&sets, &["sim.checked=false"])), run_results(d, &with(&sets, &["sim.checked=true"])));
         assert!(fast.1.accesses > 100_000, "{d}: {} accesses", fast.1.accesses);
         assert!(fast == checked, "{d} {sets:?}: fast and checked runs differ");
     }
+}
+
+/// With a perfect TLB a same-page run reads the ground truth once for the page
+/// (`Pipeline::translate_rehit`); the reference is the same run with a one-instruction quantum:
+/// every access then ends a quantum, so the loop never steps a run, and with one stream per core
+/// the quantum's end changes nothing else.
+#[test]
+fn page_runs_with_a_perfect_tlb_change_no_number() {
+    for d in ["ideal", "ptlb"] {
+        let sets = ["workload.name=\"stream\"", "workload.params.footprint=8M", "workload.params.stride=8"];
+        let runs = run_results(d, &sets);
+        let single = run_results(d, &[&sets[..], &["sim.quantum_instrs=1"]].concat());
+        assert!(runs.1.accesses > 100_000, "{d}: {} accesses", runs.1.accesses);
+        assert_eq!(runs.1.tlb.l1d_lookups, 0, "{d}: a perfect TLB counts no lookups");
+        assert!(runs == single, "{d}: runs and single steps differ");
+    }
+}
+
+/// A run's results and every raw core counter (TLB lookups included), without what may differ
+/// between the runs compared: host timings, the checks' count, and the keys `sim.checked` and
+/// `sim.quantum_instrs`.
+fn run_results(design: &str, sets: &[&str]) -> (serde_json::Value, xlate::sim::CoreStats) {
+    let r = run(design, sets);
+    let mut v = xlate::report::json(&r);
+    let o = v.as_object_mut().unwrap();
+    o.remove("host");
+    let sim = o["config"]["sim"].as_object_mut().unwrap();
+    sim.remove("checked");
+    sim.remove("quantum_instrs");
+    (v, xlate::sim::CoreStats { checked: 0, ..r.core })
 }
