@@ -34,3 +34,40 @@ pub fn scaled(design: &str) -> &'static [&'static str] {
         _ => &[],
     }
 }
+
+/// Runs the `xlate` binary with `args`: its exit code (-1 if a signal ended it), stdout and
+/// stderr.
+pub fn xlate(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_xlate")).args(args).output().expect("runs");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A test's scratch directory under the system's temporary directory, emptied when made and
+/// removed on drop, so that a failing test leaves nothing behind either. `tag` must be unique
+/// among the tests of one binary (they run in parallel, in one process).
+pub struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("xlate-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.0
+    }
+
+    /// `name` in the directory.
+    pub fn path(&self, name: &str) -> std::path::PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

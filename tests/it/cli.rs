@@ -1,11 +1,7 @@
 //! Bad input gets one clear error line and exit code 2, never a panic.
 
+use crate::common::{xlate, Scratch};
 use std::process::Command;
-
-fn xlate(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_xlate")).args(args).output().expect("runs");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
-}
 
 fn fails_with(args: &[&str], needles: &[&str]) {
     let (code, _, err) = xlate(args);
@@ -33,14 +29,13 @@ fn bad_config_keys_and_values() {
     fails_with(&["run", "--set", "workload.params.tabel=1G"], &["workload.params.tabel", "table"]);
     fails_with(&["run", "--set", "arch.fpt.flatten=\"l3l1\""], &["l3l1", "l4l3-l2l1"]);
     fails_with(&["run", "--set", "arch.fpt.pwc[0].level=5"], &["arch.fpt.pwc[0].level"]);
-    let dir = std::env::temp_dir().join(format!("xlate-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = Scratch::new("cli-config");
+    let dir = scratch.dir();
     let f = dir.join("bad.toml");
     std::fs::write(&f, "[mmu.l2]\nentries = 1536\nwayz = 12\n").unwrap();
     fails_with(&["run", "--config", f.to_str().unwrap()], &["mmu.l2.wayz", "bad.toml"]);
     std::fs::write(&f, "[mmu.l2\n").unwrap();
     fails_with(&["run", "--config", f.to_str().unwrap()], &["bad.toml", "not valid TOML"]);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Issue 14, item 10: each message names the right key or file and says what to do.
@@ -52,8 +47,8 @@ fn errors_name_the_culprit() {
     fails_with(&["run", "--set", "cores=-1", "-q"], &["`cores`", "whole number of at least 0, found -1"]);
     // One L1 D-TLB per page size: the error names each indexed form.
     fails_with(&["run", "--set", "mmu.l1d.entries=128", "-q"], &["mmu.l1d[0].entries (4K pages)", "mmu.l1d[1].entries (2M pages)"]);
-    let dir = std::env::temp_dir().join(format!("xlate-cli-culprit-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = Scratch::new("cli-culprit");
+    let dir = scratch.dir();
     let f = dir.join("syntax.toml");
     std::fs::write(&f, "a = = 1\n").unwrap();
     let (code, _, err) = xlate(&["run", "--config", f.to_str().unwrap(), "-q"]);
@@ -63,7 +58,6 @@ fn errors_name_the_culprit() {
     fails_with(&["run", "--config", d, "-q"], &["config file", "is a directory"]);
     fails_with(&["run", "--trace", d, "-q"], &["trace file", "is a directory"]);
     fails_with(&["run", "--trace", dir.join("missing.xlt").to_str().unwrap(), "-q"], &["trace file", "missing.xlt"]);
-    std::fs::remove_dir_all(&dir).ok();
     // RestSegs that leave no room say so, not a buddy-allocator failure.
     fails_with(&["run", "-d", "utopia", "--set", "os.memory=1G", "-q"], &["os.memory", "too small for the RestSegs"]);
     // Out of simulated memory says what to change.
@@ -101,8 +95,8 @@ fn thrashing_runs_say_so() {
 
 #[test]
 fn bad_traces() {
-    let dir = std::env::temp_dir().join(format!("xlate-cli-trace-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = Scratch::new("cli-trace");
+    let dir = scratch.dir();
     // A ChampSim trace cut in the middle of its second record.
     let f = dir.join("cut.champsim");
     let mut bytes = vec![0u8; 64 + 17];
@@ -117,7 +111,6 @@ fn bad_traces() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("junk.xlt") && !err.contains("panicked"), "{err}");
     fails_with(&["run", "--trace", dir.join("missing.xlt").to_str().unwrap()], &["missing.xlt"]);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// `xlate bench` measures what it is asked, with units, from a tiny run.
@@ -176,8 +169,8 @@ fn print_config_shows_each_preset_values_source() {
 
 #[test]
 fn run_writes_json_and_csv_with_units() {
-    let dir = std::env::temp_dir().join(format!("xlate-cli-out-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = Scratch::new("cli-out");
+    let dir = scratch.dir();
     let j = dir.join("r.json");
     let c = dir.join("r.csv");
     let (code, out, err) = xlate(&[
@@ -206,7 +199,6 @@ fn run_writes_json_and_csv_with_units() {
     assert_eq!(v[0]["config"]["mmu"]["l2"]["entries"], 1536);
     let csv = std::fs::read_to_string(&c).unwrap();
     assert_eq!(csv.lines().count(), 3);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A reader that closes stdout early (`xlate workloads | head -5`) ends xlate quietly, and a
@@ -214,8 +206,8 @@ fn run_writes_json_and_csv_with_units() {
 #[test]
 fn a_closed_stdout_ends_quietly_without_losing_results() {
     use std::process::Stdio;
-    let dir = std::env::temp_dir().join(format!("xlate-cli-pipe-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = Scratch::new("cli-pipe");
+    let dir = scratch.dir();
     let json = dir.join("r.json");
     let runs: [Vec<&str>; 2] = [
         vec!["workloads"],
@@ -231,15 +223,12 @@ fn a_closed_stdout_ends_quietly_without_losing_results() {
     }
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(r["design"], "radix4");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// A ChampSim trace of `(load, store)` address pairs, one record each (0 = none).
-fn champsim_trace(name: &str, recs: &[(u64, u64)]) -> std::path::PathBuf {
+/// A ChampSim trace of `(load, store)` address pairs, one record each (0 = none), in `scratch`.
+fn champsim_trace(scratch: &Scratch, name: &str, recs: &[(u64, u64)]) -> std::path::PathBuf {
     use xlate::trace::champsim::Record;
-    let dir = std::env::temp_dir().join(format!("xlate-cli-addr-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let f = dir.join(name);
+    let f = scratch.path(name);
     let mut bytes = Vec::new();
     for (i, &(load, store)) in recs.iter().enumerate() {
         let mut r = Record { ip: 0x40_1000 + 4 * i as u64, ..Record::default() };
@@ -255,7 +244,8 @@ fn champsim_trace(name: &str, recs: &[(u64, u64)]) -> std::path::PathBuf {
 /// aliasing a lower page (radix4: 2^47) or overflowing a page's end (utopia).
 #[test]
 fn addresses_beyond_user_space_are_refused() {
-    let alias = champsim_trace("alias.champsim", &[(0x1000, 0), (0x1_0000_0000_1000, 0)]);
+    let scratch = Scratch::new("cli-addr");
+    let alias = champsim_trace(&scratch, "alias.champsim", &[(0x1000, 0), (0x1_0000_0000_1000, 0)]);
     for design in ["radix4", "fpt-l4l3-l2l1", "ecpt"] {
         fails_with(
             &["run", "--design", design, "--trace", alias.to_str().unwrap(), "--quiet"],
@@ -266,7 +256,7 @@ fn addresses_beyond_user_space_are_refused() {
     let (code, out, err) = xlate(&["run", "--design", "radix5", "--trace", alias.to_str().unwrap(), "--quiet", "--checked"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.lines().any(|l| l.starts_with("page_faults ") && l.split_whitespace().nth(2) == Some("2")), "{out}");
-    let wrap = champsim_trace("wrap.champsim", &[(0x1000, 0), (0, 0xffff_ffff_ffff_ff00)]);
+    let wrap = champsim_trace(&scratch, "wrap.champsim", &[(0x1000, 0), (0, 0xffff_ffff_ffff_ff00)]);
     for design in ["utopia", "utopia-restrictive-only"] {
         fails_with(
             &["run", "--design", design, "--trace", wrap.to_str().unwrap(), "--quiet"],
@@ -279,7 +269,8 @@ fn addresses_beyond_user_space_are_refused() {
 /// appear only when complete.
 #[test]
 fn trace_convert_refuses_to_overwrite_its_input() {
-    let f = champsim_trace("same.champsim", &[(0x1000, 0), (0x2000, 0x3000)]);
+    let scratch = Scratch::new("cli-convert");
+    let f = champsim_trace(&scratch, "same.champsim", &[(0x1000, 0), (0x2000, 0x3000)]);
     let before = std::fs::read(&f).unwrap();
     fails_with(&["trace-convert", f.to_str().unwrap(), f.to_str().unwrap()], &["same.champsim", "input file itself"]);
     assert_eq!(std::fs::read(&f).unwrap(), before, "input untouched");
@@ -311,13 +302,14 @@ fn nonsense_numbers_are_refused() {
 /// as long as the run; and `--workload` beside `--trace` is refused rather than ignored.
 #[test]
 fn runs_that_simulate_nothing_fail() {
-    let empty = champsim_trace("empty.champsim", &[]);
+    let scratch = Scratch::new("cli-nothing");
+    let empty = champsim_trace(&scratch, "empty.champsim", &[]);
     fails_with(&["run", "--trace", empty.to_str().unwrap(), "--quiet"], &["nothing was simulated"]);
     fails_with(
         &["run", "--set", "workload.params.updates=1000", "--set", "sim.warmup_accesses=2000", "--quiet"],
         &["sim.warmup_accesses", "nothing was measured"],
     );
-    let t = champsim_trace("one.champsim", &[(0x1000, 0)]);
+    let t = champsim_trace(&scratch, "one.champsim", &[(0x1000, 0)]);
     let (code, _, err) = xlate(&["run", "--trace", t.to_str().unwrap(), "--workload", "gups"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("cannot be used with"), "{err}");
@@ -376,8 +368,8 @@ fn parse_csv(text: &str) -> Vec<Vec<String>> {
 /// must be (issue 14).
 #[test]
 fn csv_has_config_and_workload_columns() {
-    let dir = std::env::temp_dir().join(format!("xlate-cli-csv-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = Scratch::new("cli-csv");
+    let dir = scratch.dir();
     let c = dir.join("r.csv");
     let (code, _, err) = xlate(&[
         "compare",
@@ -419,7 +411,7 @@ fn csv_has_config_and_workload_columns() {
 
     // A workload field with a comma in it (a trace's path) is quoted and reads back whole; a
     // trace run has no workload parameters.
-    let t = champsim_trace("a,b.champsim", &[(0x1000, 0), (0x2000, 0x3000)]);
+    let t = champsim_trace(&scratch, "a,b.champsim", &[(0x1000, 0), (0x2000, 0x3000)]);
     let (code, _, err) = xlate(&["run", "-q", "--trace", t.to_str().unwrap(), "--csv", c.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     let text = std::fs::read_to_string(&c).unwrap();
@@ -429,15 +421,14 @@ fn csv_has_config_and_workload_columns() {
     assert_eq!(rows[1].len(), rows[0].len());
     assert_eq!(rows[1][1], t.display().to_string());
     assert!(rows[0].iter().all(|h| !h.starts_with("workload.")), "{:?}", rows[0]);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// `--checked` says how many translations it compared once every one agreed; an unchecked run
 /// says nothing (issue 14).
 #[test]
 fn checked_run_reports_what_it_compared() {
-    let dir = std::env::temp_dir().join(format!("xlate-cli-checked-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = Scratch::new("cli-checked");
+    let dir = scratch.dir();
     let j = dir.join("r.json");
     let args = ["run", "-q", "--set", "workload.params.table=64M", "--set", "workload.params.updates=20000", "--json", j.to_str().unwrap()];
     let (code, _, err) = xlate(&[&args[..], &["--checked"]].concat());
@@ -450,13 +441,13 @@ fn checked_run_reports_what_it_compared() {
     let (code, _, err) = xlate(&args);
     assert_eq!(code, 0, "{err}");
     assert!(!err.contains("checked:"), "{err}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// trace-info prints addresses in hex (issue 14).
 #[test]
 fn trace_info_prints_addresses_in_hex() {
-    let t = champsim_trace("hex.champsim", &[(0x1000, 0), (0x7f00_0000_2000, 0x3008)]);
+    let scratch = Scratch::new("cli-hex");
+    let t = champsim_trace(&scratch, "hex.champsim", &[(0x1000, 0), (0x7f00_0000_2000, 0x3008)]);
     let (code, out, err) = xlate(&["trace-info", t.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();

@@ -95,9 +95,8 @@ fn fpt_designs_map_what_radix_maps() {
 /// and its page-fault work is close to radix's (EMT measured 0.96x the kernel instructions).
 #[test]
 fn compare_radix4_and_fpt_on_gups() {
-    let dir = std::env::temp_dir().join(format!("xlate-fpt-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("cmp.json");
+    let scratch = crate::common::Scratch::new("fpt-compare");
+    let json = scratch.path("cmp.json");
     let out = Command::new(env!("CARGO_BIN_EXE_xlate"))
         .args(["compare", "--designs", "radix4,fpt-l4l3-l2l1", "--workload", "gups", "--quiet", "--checked"])
         .args(["--set", "workload.params.table=1G", "--set", "workload.params.updates=100000", "--set", "os.memory=2G"])
@@ -107,7 +106,6 @@ fn compare_radix4_and_fpt_on_gups() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    std::fs::remove_dir_all(&dir).ok();
     let m = |i: usize, k: &str| v[i]["metrics"][k].as_f64().unwrap_or_else(|| panic!("{k}"));
     assert_eq!(v[1]["design"], "fpt-l4l3-l2l1");
     assert_eq!(m(0, "walks"), m(1, "walks"));

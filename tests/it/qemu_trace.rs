@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use xlate::trace::{self, Access, AccessKind};
 
+use crate::common::Scratch;
+
 const PAGE: u64 = 4096;
 
 /// One byte stored to each of pages 0..63 of a fresh 64-page mapping, in order, then N rounds
@@ -57,26 +59,6 @@ int main(void) {
 
 fn xlate_bin() -> &'static str {
     env!("CARGO_BIN_EXE_xlate")
-}
-
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("xlate-qemu-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Why the tests cannot run here, if they cannot.
@@ -162,7 +144,7 @@ fn read_trace(path: &Path) -> Vec<Access> {
 #[test]
 fn trace_records_exact_pages_in_order() {
     require_qemu!("trace_records_exact_pages_in_order");
-    let dir = Scratch::new("pages");
+    let dir = Scratch::new("qemu-pages");
     let exe = compile(&dir, "pages", PAGES_C, &[]);
     let out_file = dir.path("pages.xlt");
     let rounds = 50u64;
@@ -192,7 +174,7 @@ fn trace_records_exact_pages_in_order() {
 #[test]
 fn trace_with_fetches_and_cap() {
     require_qemu!("trace_with_fetches_and_cap");
-    let dir = Scratch::new("fetch");
+    let dir = Scratch::new("qemu-fetch");
     let exe = compile(&dir, "pages", PAGES_C, &[]);
     let out_file = dir.path("f.xlt");
     run(&["trace", "--fetches", "--out", out_file.to_str().unwrap(), "--", exe.to_str().unwrap(), "5"]);
@@ -210,7 +192,7 @@ fn trace_with_fetches_and_cap() {
 #[test]
 fn threads_get_streams_of_their_own() {
     require_qemu!("threads_get_streams_of_their_own");
-    let dir = Scratch::new("threads");
+    let dir = Scratch::new("qemu-threads");
     let exe = compile(&dir, "threads", THREADS_C, &["-pthread"]);
     let out_file = dir.path("t.xlt");
     let out = run(&["trace", "--out", out_file.to_str().unwrap(), "--", exe.to_str().unwrap()]);
@@ -241,7 +223,7 @@ fn json_metric(path: &Path, key: &str) -> f64 {
 #[test]
 fn run_simulates_a_live_program() {
     require_qemu!("run_simulates_a_live_program");
-    let dir = Scratch::new("run");
+    let dir = Scratch::new("qemu-run");
     let pages = compile(&dir, "pages", PAGES_C, &[]);
     let json = dir.path("r.json");
     run(&["run", "-q", "--design", "radix4", "--json", json.to_str().unwrap(), "--trace-cmd", "--", pages.to_str().unwrap(), "100"]);

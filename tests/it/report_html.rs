@@ -15,10 +15,7 @@ use std::time::{Duration, Instant};
 use xlate::reproduce::{ratio, Finding, Kind, RunSpec, Study};
 use xlate::sim::RunOutput;
 
-fn xlate(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_xlate")).args(args).output().expect("runs");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
-}
+use crate::common::xlate;
 
 /// A fresh scratch directory under Cargo's target tmp directory (outside the sources).
 fn scratch(name: &str) -> PathBuf {

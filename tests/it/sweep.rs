@@ -8,18 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn xlate(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_xlate")).args(args).output().expect("runs");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
-/// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("xlate-sweep-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use crate::common::{xlate, Scratch};
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
@@ -86,8 +75,9 @@ fn finished_lines(stderr: &str) -> usize {
 /// another grid in the same directory.
 #[test]
 fn sweep_records_resumes_and_exports() {
-    let d = scratch("basic");
-    let grid = write(&d, "tiny.toml", TINY);
+    let scratch = Scratch::new("sweep-basic");
+    let d = scratch.dir();
+    let grid = write(d, "tiny.toml", TINY);
     let (a, b) = (d.join("a"), d.join("b"));
     let (code, out, err) = xlate(&["sweep", grid.to_str().unwrap(), "--out", a.to_str().unwrap(), "--jobs", "2"]);
     assert_eq!(code, 0, "{out}{err}");
@@ -177,7 +167,7 @@ fn sweep_records_resumes_and_exports() {
     assert_eq!(lines[2].split(',').nth(1), Some("ecpt"));
 
     // Another grid into the same directory is refused, unless --force (shared points stay).
-    let other = write(&d, "other.toml", &TINY.replace("[768, 1536]", "[1536, 3072]"));
+    let other = write(d, "other.toml", &TINY.replace("[768, 1536]", "[1536, 3072]"));
     let (code, _, err) = xlate(&["sweep", other.to_str().unwrap(), "--out", b.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(err.contains("holds another sweep") && err.contains("--force"), "{err}");
@@ -191,16 +181,16 @@ fn sweep_records_resumes_and_exports() {
     let (code, _, err) = xlate(&["sweep", "--status", d.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(err.contains("not a sweep directory"), "{err}");
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 /// A point that fails at run time is recorded as failed with its error; the others finish;
 /// the exit status is 1; failed points rerun only with --retry-failed.
 #[test]
 fn failing_points_are_recorded_and_the_rest_finish() {
-    let d = scratch("failing");
+    let scratch = Scratch::new("sweep-failing");
+    let d = scratch.dir();
     let text = format!("{TINY}\n[[points]]\ndesign = \"radix4\"\n\"workload.params.updates\" = \"lots, really\"\n");
-    let grid = write(&d, "grid.toml", &text);
+    let grid = write(d, "grid.toml", &text);
     let out_dir = d.join("out");
     let (code, out, err) = xlate(&["sweep", grid.to_str().unwrap(), "--out", out_dir.to_str().unwrap(), "--jobs", "2"]);
     assert_eq!(code, 1, "{out}{err}");
@@ -240,7 +230,6 @@ fn failing_points_are_recorded_and_the_rest_finish() {
     assert!(last.contains(",failed,\"config key `workload.params.updates`: `lots, really` is not an unsigned integer\","), "{last}");
     assert!(last.contains(",\"lots, really\","), "{last}");
     assert_eq!(text.lines().count(), 6);
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 /// Waits until `dir/points` holds at least one record, or the child exits.
@@ -261,8 +250,9 @@ fn wait_for_a_record(child: &mut std::process::Child, dir: &Path) {
 /// a rerun with records identical to an uninterrupted sweep's, running no finished point again.
 #[test]
 fn killed_or_interrupted_sweeps_resume_to_identical_results() {
-    let d = scratch("kill");
-    let grid = write(&d, "slow.toml", SLOW);
+    let scratch = Scratch::new("sweep-kill");
+    let d = scratch.dir();
+    let grid = write(d, "slow.toml", SLOW);
     let g = grid.to_str().unwrap();
     let reference = d.join("ref");
     let (code, _, err) = xlate(&["sweep", g, "--out", reference.to_str().unwrap(), "--jobs", "2"]);
@@ -296,19 +286,19 @@ fn killed_or_interrupted_sweeps_resume_to_identical_results() {
         assert!(out.contains(&format!("(this run: {} ran, {} skipped", 4 - before.len(), before.len())), "{name}: {out}");
         assert_eq!(records(&dir), want, "{name}");
     }
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 /// The grid is checked before anything runs: errors name the grid file and the key.
 #[test]
 fn bad_grids_name_the_file_and_key() {
-    let d = scratch("bad");
+    let scratch = Scratch::new("sweep-bad");
+    let d = scratch.dir();
     for (text, needles) in [
         (TINY.replace("[axes]", "[axis]"), &["grid ", "bad.toml", "unknown key `axis`"][..]),
         (TINY.replace("\"mmu.l2.entries\"", "\"mmu.l2.entriez\""), &["mmu.l2.entriez", "bad.toml", "no such key"]),
         (TINY.replace("[768, 1536]", "[]"), &["bad.toml", "`mmu.l2.entries` is an empty list"]),
     ] {
-        let grid = write(&d, "bad.toml", &text);
+        let grid = write(d, "bad.toml", &text);
         let out_dir = d.join("out");
         let (code, _, err) = xlate(&["sweep", grid.to_str().unwrap(), "--out", out_dir.to_str().unwrap()]);
         assert_eq!(code, 2, "{err}");
@@ -317,7 +307,6 @@ fn bad_grids_name_the_file_and_key() {
         }
         assert!(!out_dir.exists(), "nothing is created for a bad grid");
     }
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 mod study {
@@ -351,7 +340,8 @@ mod study {
 /// and runs only a missing one.
 #[test]
 fn reproduce_records_its_runs_and_resumes() {
-    let d = scratch("reproduce");
+    let scratch = Scratch::new("sweep-reproduce");
+    let d = scratch.dir();
     let out = d.join("study");
     let first = xlate::reproduce::run_in(&study::TINY, &[], false, Some(&out), false).unwrap();
     let recs = records(&out);
@@ -378,5 +368,4 @@ fn reproduce_records_its_runs_and_resumes() {
     let e = e.to_string();
     assert!(e.contains("holds another sweep"), "{e}");
     xlate::reproduce::run_in(&study::TINY, &extra, false, Some(&out), true).unwrap();
-    let _ = std::fs::remove_dir_all(&d);
 }
