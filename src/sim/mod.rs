@@ -691,12 +691,18 @@ fn refill<D: Driver>(st: &mut Stream, sources: &mut [Source], os: &mut Os<D>) ->
             (n, n > 0 || t.thread_done(st.thread))
         }
     };
-    let limit = os.driver.user_va_limit();
-    for (k, a) in st.buf[..n].iter_mut().enumerate() {
-        a.asid = st.asid;
-        if a.vaddr >= limit {
-            let (vaddr, index) = (a.vaddr, st.read + k as u64);
-            return Err(beyond_user_space(&sources[st.proc], st.thread, index, vaddr, limit));
+    let (limit, asid) = (os.driver.user_va_limit(), st.asid);
+    // Sources mostly hand out the stream's asid already (a trace of one process records 0, the
+    // first process's), so a first pass only reads: a batch a trace reader thread wrote is then
+    // not written again on this one (docs/performance.md, "Trace replay").
+    let batch = &mut st.buf[..n];
+    if !batch.iter().fold(true, |ok, a| ok & (a.asid == asid) & (a.vaddr < limit)) {
+        for (k, a) in batch.iter_mut().enumerate() {
+            a.asid = asid;
+            if a.vaddr >= limit {
+                let (vaddr, index) = (a.vaddr, st.read + k as u64);
+                return Err(beyond_user_space(&sources[st.proc], st.thread, index, vaddr, limit));
+            }
         }
     }
     st.read += n as u64;
