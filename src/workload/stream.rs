@@ -52,6 +52,24 @@ pub struct Stream {
     store_next: bool,
 }
 
+impl Stream {
+    /// The load or store of the element at byte offset `off`.
+    #[inline(always)]
+    fn access(&self, off: u64, store: bool) -> Access {
+        let (kind, ip) = if store { (AccessKind::Store, 0x40_2008) } else { (AccessKind::Load, 0x40_2000) };
+        Access { vaddr: self.base + off, kind, size: 8, ip, instrs: 3, ..Access::default() }
+    }
+
+    /// Moves past `k` elements of the current pass, into the next pass after its last element.
+    fn advance(&mut self, k: u64) {
+        self.pos += k * self.stride;
+        if self.pos + 8 > self.footprint {
+            self.pos = 0;
+            self.pass += 1;
+        }
+    }
+}
+
 impl Workload for Stream {
     fn setup(&mut self, vm: &mut dyn Vm) -> Result<()> {
         self.base = vm.mmap(self.footprint, MapFlags::default())?;
@@ -61,22 +79,33 @@ impl Workload for Stream {
         Ok(())
     }
 
+    /// Each element visited is a load and then a store of its word. Whole elements are written
+    /// in a loop of their own (a buffer that ends between the two gets the store first next
+    /// time), since the generator is a tenth of a simulated stream access's host instructions.
     fn fill(&mut self, _thread: usize, buf: &mut [Access], _vm: &mut dyn Vm) -> Result<usize> {
         let mut n = 0;
         while n < buf.len() && self.pass < self.passes {
-            let vaddr = self.base + self.pos;
-            let kind = if self.store_next { AccessKind::Store } else { AccessKind::Load };
-            let ip = if self.store_next { 0x40_2008 } else { 0x40_2000 };
-            buf[n] = Access { vaddr, kind, size: 8, ip, instrs: 3, ..Access::default() };
-            n += 1;
-            if self.store_next {
-                self.pos += self.stride;
-                if self.pos + 8 > self.footprint {
-                    self.pos = 0;
-                    self.pass += 1;
+            if self.store_next || buf.len() - n == 1 {
+                // Half an element: a store after a buffer that ended with its load, or a load
+                // that ends this buffer.
+                buf[n] = self.access(self.pos, self.store_next);
+                n += 1;
+                if self.store_next {
+                    self.advance(1);
                 }
+                self.store_next = !self.store_next;
+                continue;
             }
-            self.store_next = !self.store_next;
+            // Whole elements up to the end of the pass or of the buffer.
+            let left = (self.footprint - 8 - self.pos) / self.stride + 1;
+            let k = left.min(((buf.len() - n) / 2) as u64);
+            for (i, pair) in buf[n..n + 2 * k as usize].chunks_exact_mut(2).enumerate() {
+                let off = self.pos + i as u64 * self.stride;
+                pair[0] = self.access(off, false);
+                pair[1] = self.access(off, true);
+            }
+            n += 2 * k as usize;
+            self.advance(k);
         }
         Ok(n)
     }
@@ -121,5 +150,42 @@ mod tests {
         assert!(loads.values().all(|&c| c == 2));
         assert_eq!(total, 4096);
         assert_eq!(w.total_accesses(), Some(total), "the progress bar's total");
+    }
+
+    /// The accesses do not depend on how the buffers are cut: buffers of every length from 1
+    /// give the sequence a one-access buffer gives, which is the sweep element by element, a
+    /// load then a store of each word.
+    #[test]
+    fn buffers_of_any_length_give_the_same_sweep() {
+        for (footprint, stride, passes) in [("8K", "8", "2"), ("64K", "24", "3"), ("4K", "4096", "5"), ("12K", "1000", "1")] {
+            let params: BTreeMap<String, String> = [("footprint", footprint), ("stride", stride), ("passes", passes)]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let sweep = |len: usize| {
+                let mut w = crate::workload::build("stream", &params, 1).unwrap();
+                let mut vm = TestVm::new();
+                w.setup(&mut vm).unwrap();
+                let (mut out, mut buf) = (Vec::new(), vec![Access::default(); len]);
+                loop {
+                    let n = w.fill(0, &mut buf, &mut vm).unwrap();
+                    if n == 0 {
+                        return (out, vm.maps[0].0);
+                    }
+                    out.extend_from_slice(&buf[..n]);
+                }
+            };
+            let (want, base) = sweep(1);
+            let (fp, st, ps) =
+                (crate::addr::parse_bytes(footprint).unwrap(), stride.parse::<u64>().unwrap(), passes.parse::<u64>().unwrap());
+            let elements: Vec<u64> = (0..ps).flat_map(|_| (0..=(fp - 8) / st).map(|i| base + i * st)).collect();
+            assert_eq!(want.len(), 2 * elements.len());
+            for (pair, &v) in want.chunks(2).zip(&elements) {
+                assert_eq!((pair[0].vaddr, pair[0].kind, pair[1].vaddr, pair[1].kind), (v, AccessKind::Load, v, AccessKind::Store));
+            }
+            for len in [2, 3, 7, 64, 1001] {
+                assert_eq!(sweep(len).0, want, "{footprint} / {stride}, buffers of {len}");
+            }
+        }
     }
 }
