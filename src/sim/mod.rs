@@ -776,23 +776,33 @@ fn step_page_run<D: Driver, M: Mode>(
     // The rest of the page's accesses get the same answer: a re-hit changes no TLB state, their
     // data references reach only the caches and DRAM, and no OS work runs to change the ground
     // truth. They count as `translate_rehit` would count them (a perfect TLB counts nothing).
-    let mut k = 0;
+    // The core's clock, quantum and counts stay in registers until the run ends: as fields of
+    // `core` each would be stored and reloaded every access, a wait carried from one to the
+    // next. The run's accesses are loads and stores, counted as `count_access` counts them.
+    let (mut clock, mut quantum) = (Clock::of(core), core.quantum_left);
+    let (mut k, mut instrs, mut stores) = (0, 0, 0);
     for b in run {
         if k > 0 && !(takes(b) && b.asid == first.asid) {
             break;
         }
-        count_access(&mut core.stats, b);
-        finish_access(eng, core, cid, b, t, 0);
+        finish_access(eng, cid, b, t, 0, &mut clock);
         k += 1;
-        core.quantum_left -= b.instrs as i64;
-        if core.quantum_left <= 0 {
+        instrs += u64::from(b.instrs);
+        stores += u64::from(b.kind == AccessKind::Store);
+        quantum -= i64::from(b.instrs);
+        if quantum <= 0 {
             break;
         }
     }
+    clock.store(core);
+    core.quantum_left = quantum;
+    let s = &mut core.stats;
+    (s.accesses, s.loads, s.stores, s.instrs) =
+        (s.accesses + k as u64, s.loads + (k as u64 - stores), s.stores + stores, s.instrs + instrs);
     if !M::PERFECT {
         core.mmu.stats.tlb.l1d_lookups += k as u64 - 1;
     }
-    (k, core.quantum_left <= 0)
+    (k, quantum <= 0)
 }
 
 /// Host prefetch for access `a` of core `c`: the driver's walk entry and the caches' sets for it;
@@ -929,11 +939,13 @@ fn step<D: Driver, T: TimingModel, M: Mode>(eng: &mut Engine<D, T>, core: &mut C
     if sampled.is_some_and(|w| core.mmu.stats.walk.walks > w) {
         eng.os.record_walk_sample(a.asid, a.vaddr, tcycles);
     }
-    finish_access(eng, core, cid, a, t, tcycles);
+    let mut clock = Clock::of(core);
+    finish_access(eng, cid, a, t, tcycles, &mut clock);
+    clock.store(core);
     Ok(())
 }
 
-/// The counts of access `a` ([`step`] and [`step_page_run`] make the same).
+/// The counts of access `a` (a page run makes the same, [`step_page_run`]).
 #[inline(always)]
 fn count_access(s: &mut CoreStats, a: &Access) {
     s.accesses += 1;
@@ -945,21 +957,44 @@ fn count_access(s: &mut CoreStats, a: &Access) {
     }
 }
 
-/// The end of access `a`, translated to `t` in `tcycles` past the L1 TLB: its data reference
-/// and its time ([`step`] and [`step_page_run`] end the same way).
+/// A core's clock and the split of its time that each access adds to, taken out of the core
+/// for a page run ([`step_page_run`]) and put back after it. The same sums are made in the same
+/// order either way, so the numbers are the same to the bit.
+#[derive(Clone, Copy)]
+struct Clock {
+    cycles: f64,
+    translation: f64,
+    data: f64,
+}
+
+impl Clock {
+    #[inline(always)]
+    fn of<D: Driver>(core: &Core<D>) -> Clock {
+        Clock { cycles: core.cycles, translation: core.stats.translation_cycles, data: core.stats.data_cycles }
+    }
+
+    #[inline(always)]
+    fn store<D: Driver>(self, core: &mut Core<D>) {
+        (core.cycles, core.stats.translation_cycles, core.stats.data_cycles) = (self.cycles, self.translation, self.data);
+    }
+}
+
+/// The end of access `a` on core `cid`, translated to `t` in `tcycles` past the L1 TLB: its
+/// data reference and its time, added to `clock` ([`step`] and [`step_page_run`] end the same
+/// way).
 #[inline(always)]
 fn finish_access<D: Driver, T: TimingModel>(
     eng: &mut Engine<D, T>,
-    core: &mut Core<D>,
     cid: usize,
     a: &Access,
     t: Translation,
     tcycles: u32,
+    clock: &mut Clock,
 ) {
     let (dlat, _) = eng.mem.access_hot(cid, t.paddr(a.vaddr), false, a.kind == AccessKind::Store);
     // One evaluation of the timing model per access, split so data stalls are reported.
     let stall = eng.timing.data_stall(dlat);
-    core.cycles += eng.timing.compute(a.instrs, tcycles) + stall;
-    core.stats.translation_cycles += tcycles as f64;
-    core.stats.data_cycles += stall;
+    clock.cycles += eng.timing.compute(a.instrs, tcycles) + stall;
+    clock.translation += tcycles as f64;
+    clock.data += stall;
 }
