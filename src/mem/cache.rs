@@ -284,6 +284,24 @@ impl<T: Tag> Cache<T> {
         true
     }
 
+    /// The line the re-hit shortcut answers for (the last hit or fill, LRU only); `INVALID_TAG`
+    /// when none.
+    #[inline(always)]
+    pub fn mru_line(&self) -> u64 {
+        self.mru
+    }
+
+    /// `n` re-hits of [`Cache::mru_line`] at once: the counts and dirty bit that `n` calls of
+    /// [`Cache::rehit`] with it would leave, dirty if any of them wrote.
+    #[inline(always)]
+    pub fn rehit_mru(&mut self, n: u64, translation: bool, write: bool) {
+        debug_assert!(self.mru != INVALID_TAG || n == 0, "re-hits with no most recent line");
+        let t = translation as usize;
+        self.accesses[t] += n;
+        self.hits[t] += n;
+        *self.tags.byte_mut(self.mru_slot) |= if write { DIRTY } else { 0 };
+    }
+
     /// Records `line`, just made most recent in its set, for the re-hit shortcut (LRU only).
     #[inline(always)]
     fn note_mru(&mut self, line: u64, slot: usize) {
@@ -472,6 +490,29 @@ mod tests {
         let cfg = CacheConfig { size: 256, ways: 2, latency: 3, policy: Replacement::Lru };
         cfg.validate("t").unwrap();
         Cache::new(&cfg)
+    }
+
+    /// `rehit_mru(n, ..)` leaves the counts and dirty bits that `n` re-hits of the most recent
+    /// line leave, as the evictions and write-backs of the accesses after it show.
+    #[test]
+    fn batched_rehits_equal_rehits() {
+        let mut rng = crate::rng::Rng::new(5);
+        let cfg = CacheConfig { size: 64 * 64 * 4, ways: 4, latency: 1, policy: Replacement::Lru };
+        let (mut a, mut b) = (Cache::<u32>::new(&cfg), Cache::<u32>::new(&cfg));
+        let mut batched = 0;
+        for _ in 0..50_000 {
+            let (line, write) = (rng.below(1 << 10), rng.below(4) == 0);
+            assert_eq!(a.access(line, false, write), b.access(line, false, write));
+            assert_eq!(b.mru_line(), line, "an LRU cache's last hit or fill is its most recent line");
+            let (n, write) = (rng.below(4), rng.below(3) == 0);
+            for _ in 0..n {
+                assert!(a.rehit(line, false, write));
+            }
+            b.rehit_mru(n, false, write && n > 0);
+            batched += n;
+            assert_eq!(a.stats(), b.stats());
+        }
+        assert!(batched > 50_000 && a.stats().writebacks > 1000, "{batched} re-hits, {:?}", a.stats());
     }
 
     /// A page's lines (one tag over consecutive sets) are removed in one pass over the run of

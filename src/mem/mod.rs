@@ -211,6 +211,21 @@ impl MemHierarchy {
         self.access_outlined(core, paddr, translation, write)
     }
 
+    /// The line of `core`'s L1 that a data reference re-hits without a lookup
+    /// ([`Cache::mru_line`]), and the latency of such a re-hit.
+    #[inline(always)]
+    pub fn l1_mru(&self, core: usize) -> (u64, u32) {
+        let c = &self.l1[core];
+        (c.mru_line(), c.latency())
+    }
+
+    /// `n` data re-hits of [`MemHierarchy::l1_mru`]'s line, as `n` calls of
+    /// [`MemHierarchy::access_hot`] with it would make them, dirty if any wrote.
+    #[inline(always)]
+    pub fn l1_rehits(&mut self, core: usize, n: u64, write: bool) {
+        self.l1[core].rehit_mru(n, false, write);
+    }
+
     /// The rest of [`MemHierarchy::access_hot`], kept out of line.
     #[inline(never)]
     fn access_outlined(&mut self, core: usize, paddr: u64, translation: bool, write: bool) -> (u32, Level) {

@@ -18,6 +18,7 @@ pub mod runaway;
 
 pub use progress::Show;
 
+use crate::addr::LINE_SHIFT;
 use crate::arch::nested::{Guest, Nesting, NESTABLE};
 use crate::arch::{Design, Registered};
 use crate::config::Config;
@@ -781,11 +782,30 @@ fn step_page_run<D: Driver, M: Mode>(
     // next. The run's accesses are loads and stores, counted as `count_access` counts them.
     let (mut clock, mut quantum) = (Clock::of(core), core.quantum_left);
     let (mut k, mut instrs, mut stores) = (0, 0, 0);
+    // An access to the line its predecessor left most recent in the L1 re-hits it, which only
+    // counts (and may set the dirty bit): such re-hits are counted here and handed to the L1
+    // together (`l1_rehits`) before any other reference reaches it, and at the run's end.
+    let (mut mru, mut l1_latency) = eng.mem.l1_mru(cid);
+    let (mut rehits, mut rehit_write) = (0, false);
     for b in run {
         if k > 0 && !(takes(b) && b.asid == first.asid) {
             break;
         }
-        finish_access(eng, cid, b, t, 0, &mut clock);
+        let (paddr, store) = (t.paddr(b.vaddr), b.kind == AccessKind::Store);
+        let dlat = if paddr >> LINE_SHIFT == mru {
+            rehits += 1;
+            rehit_write |= store;
+            l1_latency
+        } else {
+            if rehits > 0 {
+                eng.mem.l1_rehits(cid, rehits, rehit_write);
+                (rehits, rehit_write) = (0, false);
+            }
+            let (d, _) = eng.mem.access_hot(cid, paddr, false, store);
+            (mru, l1_latency) = eng.mem.l1_mru(cid);
+            d
+        };
+        add_time(&eng.timing, b, 0, dlat, &mut clock);
         k += 1;
         instrs += u64::from(b.instrs);
         stores += u64::from(b.kind == AccessKind::Store);
@@ -793,6 +813,9 @@ fn step_page_run<D: Driver, M: Mode>(
         if quantum <= 0 {
             break;
         }
+    }
+    if rehits > 0 {
+        eng.mem.l1_rehits(cid, rehits, rehit_write);
     }
     clock.store(core);
     core.quantum_left = quantum;
@@ -992,9 +1015,15 @@ fn finish_access<D: Driver, T: TimingModel>(
     clock: &mut Clock,
 ) {
     let (dlat, _) = eng.mem.access_hot(cid, t.paddr(a.vaddr), false, a.kind == AccessKind::Store);
-    // One evaluation of the timing model per access, split so data stalls are reported.
-    let stall = eng.timing.data_stall(dlat);
-    clock.cycles += eng.timing.compute(a.instrs, tcycles) + stall;
+    add_time(&eng.timing, a, tcycles, dlat, clock);
+}
+
+/// The time of access `a`, `tcycles` past the L1 TLB and `dlat` in its data reference, added to
+/// `clock`: one evaluation of the timing model per access, split so data stalls are reported.
+#[inline(always)]
+fn add_time<T: TimingModel>(timing: &T, a: &Access, tcycles: u32, dlat: u32, clock: &mut Clock) {
+    let stall = timing.data_stall(dlat);
+    clock.cycles += timing.compute(a.instrs, tcycles) + stall;
     clock.translation += tcycles as f64;
     clock.data += stall;
 }
