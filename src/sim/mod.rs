@@ -808,7 +808,7 @@ fn step_page_run<D: Driver, M: Mode>(
         add_time(&eng.timing, b, 0, dlat, &mut clock);
         k += 1;
         instrs += u64::from(b.instrs);
-        stores += u64::from(b.kind == AccessKind::Store);
+        stores += u64::from(store);
         quantum -= i64::from(b.instrs);
         if quantum <= 0 {
             break;

@@ -251,6 +251,17 @@ fn get_varint_long(b: &[u8], p: &mut usize, start: usize) -> Result<u64, Stop> {
     }
 }
 
+/// The access kind a record tag names; `None` for the invalid kind 3.
+#[inline(always)]
+fn kind_of(tag: u8) -> Option<AccessKind> {
+    match tag & KIND_MASK {
+        0 => Some(AccessKind::Load),
+        1 => Some(AccessKind::Store),
+        2 => Some(AccessKind::Fetch),
+        _ => None,
+    }
+}
+
 /// Decodes the record starting at `b[start]`; on success returns the access and the position
 /// after it, and advances `prev`. Leaves `prev` untouched on failure so the same record can be
 /// decoded again after a refill.
@@ -260,11 +271,8 @@ fn decode(b: &[u8], start: usize, prev: &mut Prev) -> Result<(Access, usize), St
         return Err(Stop::Incomplete);
     };
     let mut p = start + 1;
-    let kind = match tag & KIND_MASK {
-        0 => AccessKind::Load,
-        1 => AccessKind::Store,
-        2 => AccessKind::Fetch,
-        _ => return Err(Stop::Bad(0, "invalid access kind 3 in record tag (expected 0 load, 1 store or 2 fetch)")),
+    let Some(kind) = kind_of(tag) else {
+        return Err(Stop::Bad(0, "invalid access kind 3 in record tag (expected 0 load, 1 store or 2 fetch)"));
     };
     let base = if kind == AccessKind::Fetch { prev.fetch } else { prev.data };
     let vaddr = base.wrapping_add(unzigzag(get_varint(b, &mut p, start)?));
@@ -351,12 +359,7 @@ fn decode_run(b: &[u8], pos: &mut usize, end: usize, prev: &mut Prev, out: &mut 
     let (mut p, mut n, mut instrs) = (*pos, 0, 0u64);
     while n < out.len() && p < end {
         let tag = b[p];
-        let kind = match tag & KIND_MASK {
-            0 => AccessKind::Load,
-            1 => AccessKind::Store,
-            2 => AccessKind::Fetch,
-            _ => break,
-        };
+        let Some(kind) = kind_of(tag) else { break };
         if tag & TAG_CTX != 0 {
             break;
         }
