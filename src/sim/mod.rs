@@ -229,18 +229,25 @@ pub fn run(design: &Design, cfg: &Config, traces: &[PathBuf], progress: impl Int
 /// ([`AccessSource::threads`], which may grow during the run) is a stream of its own, the
 /// streams spread over the cores round-robin.
 pub fn run_inputs(design: &Design, cfg: &Config, inputs: &[TraceInput], progress: impl Into<Show>) -> Result<RunOutput> {
-    let progress: Show = progress.into();
+    run_inputs_shown(design, cfg, inputs, progress.into())
+}
+
+// The public entry points are generic only in how progress is given, and hand over at once to
+// these non-generic ones: a generic function holding the driver dispatch would be
+// monomorphised again, with the whole simulator under it, in every crate that calls it (the
+// CLI, each test binary, the Python module), which took most of a release build's time.
+fn run_inputs_shown(design: &Design, cfg: &Config, inputs: &[TraceInput], progress: Show) -> Result<RunOutput> {
     if let Some(profile) = profile_config(cfg) {
         let sources = inputs.iter().map(|i| Ok((i.name(), trace::open_input(i)?))).collect::<Result<Vec<_>>>()?;
         return with_profiled_hints(
             profile,
             cfg,
-            |c| run_sources(design, c, sources, progress.clone()),
-            |c| run_inputs(design, c, inputs, progress.clone()),
+            |c| run_sources_shown(design, c, sources, progress.clone()),
+            |c| run_inputs_shown(design, c, inputs, progress.clone()),
         );
     }
     let sources = inputs.iter().map(|i| Ok((i.name(), trace::open_input(i)?))).collect::<Result<Vec<_>>>()?;
-    run_sources(design, cfg, sources, progress)
+    run_sources_shown(design, cfg, sources, progress)
 }
 
 /// Like [`run_inputs`], with access sources the caller opened, each named for the results.
@@ -251,7 +258,10 @@ pub fn run_sources(
     sources: Vec<(String, Box<dyn AccessSource>)>,
     progress: impl Into<Show>,
 ) -> Result<RunOutput> {
-    let progress: Show = progress.into();
+    run_sources_shown(design, cfg, sources, progress.into())
+}
+
+fn run_sources_shown(design: &Design, cfg: &Config, sources: Vec<(String, Box<dyn AccessSource>)>, progress: Show) -> Result<RunOutput> {
     if let Some(profile) = profile_config(cfg) {
         if !sources.is_empty() {
             return Err(Error::config("os.leshy.hints", "offline Leshy on already opened traces needs a hint file"));
@@ -259,8 +269,8 @@ pub fn run_sources(
         return with_profiled_hints(
             profile,
             cfg,
-            |c| run_sources(design, c, Vec::new(), progress.clone()),
-            |c| run_sources(design, c, Vec::new(), progress.clone()),
+            |c| run_sources_shown(design, c, Vec::new(), progress.clone()),
+            |c| run_sources_shown(design, c, Vec::new(), progress.clone()),
         );
     }
     // The one dispatch of a run: everything below is monomorphised for the driver (for a
