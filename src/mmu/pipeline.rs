@@ -465,92 +465,14 @@ mod tests {
     use crate::addr::PageSize;
     use crate::mem::MemConfig;
     use crate::mmu::MmuConfig;
-    use crate::tapi::{SideLookup, TObj, Tdb, TdbEnv};
-    use std::collections::HashMap;
+    use crate::tapi::flat::{Flat, FlatSpace, FLAT_WALK_CYCLES};
 
     /// L2 TLB latency of the default machine (Utopia Table 1).
     const L: u32 = 12;
     /// The stand-in walk's latency.
-    const W: u32 = 30;
+    const W: u32 = FLAT_WALK_CYCLES;
     /// The fault's OS cycles.
     const F: f64 = 1000.0;
-
-    /// A driver with a flat page map: the walk costs `W` fixed cycles; the side structure (when
-    /// present) holds the pages in `side` and costs `side_lat`.
-    struct Flat {
-        side_lat: Option<u32>,
-        timing: SideTiming,
-    }
-    #[derive(Default)]
-    struct FlatSpace {
-        pages: HashMap<u64, u64>,
-        side: HashMap<u64, u64>,
-        /// 2 MiB pages: 2 MiB page number → physical base.
-        huge: HashMap<u64, u64>,
-    }
-
-    impl Tdb for Flat {
-        type Space = FlatSpace;
-        fn create_space(&mut self, _: u16, _: &mut TdbEnv) -> Result<FlatSpace> {
-            Ok(FlatSpace::default())
-        }
-        fn destroy_space(&mut self, _: FlatSpace, _: &mut TdbEnv) -> Result<()> {
-            Ok(())
-        }
-        fn find(&mut self, s: &mut FlatSpace, va: u64, _: &mut TdbEnv) -> Option<TObj> {
-            s.pages.get(&(va >> 12)).map(|&pa| TObj::new(va & !0xfff, pa, PageSize::K4, 3))
-        }
-        fn update(&mut self, s: &mut FlatSpace, o: &TObj, _: &mut TdbEnv) -> Result<()> {
-            s.pages.insert(o.va >> 12, o.pa);
-            Ok(())
-        }
-        fn remove(&mut self, s: &mut FlatSpace, va: u64, _: PageSize, _: &mut TdbEnv) -> Option<TObj> {
-            s.pages.remove(&(va >> 12)).map(|pa| TObj::new(va, pa, PageSize::K4, 3))
-        }
-        fn table_bytes(&self, _: &FlatSpace) -> u64 {
-            0
-        }
-    }
-
-    impl SideLookup<Flat> for Flat {
-        fn side_lookup(&mut self, s: &mut FlatSpace, _: &mut (), _: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
-            plan.fixed_cycles += self.side_lat.unwrap();
-            s.side.get(&(va >> 12)).map(|&pbase| Translation { pbase, size: PageSize::K4 })
-        }
-        fn side_timing(&self) -> SideTiming {
-            self.timing
-        }
-        fn holds(&self, s: &FlatSpace, _: u16, va: u64) -> bool {
-            s.side.contains_key(&(va >> 12))
-        }
-    }
-
-    impl Driver for Flat {
-        type Config = ();
-        type WalkCache = ();
-        fn from_config(_: &(), _: u64) -> Result<Flat> {
-            Ok(Flat { side_lat: None, timing: SideTiming::default() })
-        }
-        fn new_walk_cache(&self) {}
-        fn walk(&mut self, s: &mut FlatSpace, _: &mut (), _: u16, va: u64, plan: &mut WalkPlan) -> Option<Translation> {
-            plan.fixed_cycles += W;
-            if let Some(&pbase) = s.huge.get(&(va >> 21)) {
-                return Some(Translation { pbase, size: PageSize::M2 });
-            }
-            s.pages.get(&(va >> 12)).map(|&pbase| Translation { pbase, size: PageSize::K4 })
-        }
-        fn invalidate_walk_cache(&self, _: &mut (), _: u16, _: u64, _: u64) {}
-        fn leaf_sizes(&self) -> &[PageSize] {
-            &[PageSize::K4]
-        }
-        fn side(&mut self) -> Option<&mut dyn SideLookup<Self>> {
-            if self.side_lat.is_some() {
-                Some(self)
-            } else {
-                None
-            }
-        }
-    }
 
     /// The OS stand-in: a fault maps the page at `0x1000_0000 + va` and costs `F` cycles.
     struct Host {
@@ -596,7 +518,7 @@ mod tests {
     }
 
     fn rig_with(cfg: &MmuConfig, parallel_walk: bool, side_parallel: bool, side: Option<(u32, SideTiming)>) -> Rig {
-        let d = Flat { side_lat: side.map(|s| s.0), timing: side.map(|s| s.1).unwrap_or_default() };
+        let d = Flat::with_side(side);
         let mmu = CoreMmu::new(Tlbs::new(cfg), &d);
         let overlap = Overlap::new(parallel_walk, side_parallel, side.map(|s| s.1));
         Rig {

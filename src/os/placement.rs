@@ -318,8 +318,8 @@ impl<D: Driver> Os<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::arch::radix::{Radix, RadixConfig};
     use crate::os::{MapFlags, OsConfig};
+    use crate::tapi::flat::Flat;
 
     /// A moved page stalls the accesses that translate it until its copy ends, and no others;
     /// the end of the latest copy lets every later access skip the lookup (`busy_until`), with
@@ -327,7 +327,7 @@ mod tests {
     #[test]
     fn migration_stalls_end_with_the_copy() {
         let cfg = OsConfig { memory: 64 << 20, ..OsConfig::default() };
-        let mut os = Os::boot(Radix::new(&RadixConfig::default()), &cfg, 1).unwrap();
+        let mut os = Os::boot(Flat::with_side(None), &cfg, 1).unwrap();
         let a = os.spawn(false).unwrap();
         let base = os.mmap(a, 1 << 20, MapFlags::default()).unwrap();
         for i in 0..4 {
@@ -335,7 +335,7 @@ mod tests {
         }
         let copy = os.cfg.migration.copy_cycles;
         assert!(copy >= 2.0);
-        let t = |os: &Os<Radix>, va: u64| os.truth(a, va).unwrap();
+        let t = |os: &Os<Flat>, va: u64| os.truth(a, va).unwrap();
         os.now = 1000.0;
         let to = os.phys.alloc(0).unwrap().addr();
         os.relocate(a, base, PageSize::K4, to).unwrap();

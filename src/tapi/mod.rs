@@ -16,6 +16,8 @@
 
 pub mod cost;
 pub mod driver;
+#[cfg(test)]
+pub mod flat;
 pub mod memside;
 pub mod policy;
 pub mod side;
