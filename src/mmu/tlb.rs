@@ -55,6 +55,8 @@ pub struct Tlb {
     pbase: Vec<u64>,
     sizes: [PageSize; PageSize::COUNT],
     nsizes: usize,
+    /// Bit `size.index()` set for each size in `sizes` ([`Tlb::holds`] without a search).
+    size_bits: u8,
     set_mask: u64,
     /// Tag and slot of the entry last hit or filled, if it is of the first size probed (else
     /// [`INVALID_TAG`]). It is the most recent entry of its set, so a lookup that finds it again
@@ -93,6 +95,7 @@ impl Tlb {
             pbase: vec![0; sets * cfg.ways as usize],
             sizes,
             nsizes,
+            size_bits: sizes[..nsizes].iter().fold(0, |b, s| b | 1 << s.index()),
             set_mask: sets as u64 - 1,
             mru: INVALID_TAG,
             mru_slot: 0,
@@ -104,7 +107,7 @@ impl Tlb {
     /// Whether it holds translations of `size`.
     #[inline]
     pub fn holds(&self, size: PageSize) -> bool {
-        self.sizes[..self.nsizes].contains(&size)
+        self.size_bits >> size.index() & 1 != 0
     }
 
     /// Whether [`Tlb::insert`] caches something for a translation of `size`: the size itself, or
