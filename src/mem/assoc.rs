@@ -291,6 +291,62 @@ fn age_below_scalar(meta: &mut [u16], r: u16) {
     meta.iter_mut().for_each(|m| *m += u16::from(*m < r));
 }
 
+/// The compiled form of a store's hot operations ([`SetAssoc::lookup`], [`SetAssoc::insert`],
+/// ...): the common (width, policy) pairs get code with both as constants, so an operation
+/// dispatches once, on this, instead of on the width in each of its steps (the tag search, the
+/// victim search, the LRU ageing) and on the policy in between; other pairs run the general code.
+/// Chosen once, in [`SetAssoc::new`] (docs/performance.md, "One dispatch per set operation").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    Lru4,
+    Lru8,
+    Lru12,
+    Lru16,
+    Srrip16,
+    Lru,
+    Srrip,
+}
+
+impl Shape {
+    fn of(ways: usize, policy: Replacement) -> Shape {
+        match (policy, ways) {
+            (Replacement::Lru, 4) => Shape::Lru4,
+            (Replacement::Lru, 8) => Shape::Lru8,
+            (Replacement::Lru, 12) => Shape::Lru12,
+            (Replacement::Lru, 16) => Shape::Lru16,
+            (Replacement::Srrip, 16) => Shape::Srrip16,
+            (Replacement::Lru, _) => Shape::Lru,
+            (Replacement::Srrip, _) => Shape::Srrip,
+        }
+    }
+}
+
+/// Calls `$self.$op::<W, SRRIP>($args)` with the store's width `W` (0: not a constant) and policy
+/// as constants ([`Shape`]).
+macro_rules! by_shape {
+    ($self:ident . $op:ident ( $($arg:expr),* )) => {
+        match $self.shape {
+            Shape::Lru4 => $self.$op::<4, false>($($arg),*),
+            Shape::Lru8 => $self.$op::<8, false>($($arg),*),
+            Shape::Lru12 => $self.$op::<12, false>($($arg),*),
+            Shape::Lru16 => $self.$op::<16, false>($($arg),*),
+            Shape::Srrip16 => $self.$op::<16, true>($($arg),*),
+            Shape::Lru => $self.$op::<0, false>($($arg),*),
+            Shape::Srrip => $self.$op::<0, true>($($arg),*),
+        }
+    };
+}
+
+/// The policy a [`Shape`]'s code is compiled for.
+#[inline(always)]
+const fn policy_of<const SRRIP: bool>() -> Replacement {
+    if SRRIP {
+        Replacement::Srrip
+    } else {
+        Replacement::Lru
+    }
+}
+
 /// A set-associative array of tags with LRU or SRRIP replacement.
 ///
 /// Host layout (docs/performance.md): a set's tags are `ways` consecutive `T`s followed by its
@@ -301,6 +357,7 @@ pub struct SetAssoc<T: Tag = u64> {
     sets: usize,
     ways: usize,
     policy: Replacement,
+    shape: Shape,
     /// Words per set holding its tags (`ways` `T`s, rounded up to whole words).
     tag_words: usize,
     /// Words per set: `tag_words`, then the `ways` `u16` replacement states packed four to a word,
@@ -374,7 +431,8 @@ impl<T: Tag> SetAssoc<T> {
         let bytes_at = if way_bytes { state_words * 8 } else { 0 };
         let n = sets.checked_mul(stride).expect("sets × ways overflows usize");
         let data = vec![HostLine([0; 8]); n.div_ceil(8)];
-        let mut s = SetAssoc { sets, ways, policy, tag_words, stride, bytes_at, data, tag: std::marker::PhantomData };
+        let shape = Shape::of(ways, policy);
+        let mut s = SetAssoc { sets, ways, policy, shape, tag_words, stride, bytes_at, data, tag: std::marker::PhantomData };
         s.clear();
         s
     }
@@ -487,12 +545,37 @@ impl<T: Tag> SetAssoc<T> {
         unsafe { std::slice::from_raw_parts_mut(self.set_base_mut(set).cast::<T>(), ways) }
     }
 
-    /// The tags and the replacement state of `set`.
+    /// The number of ways and of tag words of a store of `W` ways (0: not a constant, read from
+    /// `self`). The operations compiled for a [`Shape`] pass its width as `W`, so the slices the
+    /// set accessors cut have constant lengths and every match on those lengths downstream folds
+    /// away. `W` is either 0 or `self.ways`: [`SetAssoc::build`] derives the shape from `ways`,
+    /// and neither changes afterwards; the set accessors' safety rests on it.
     #[inline(always)]
-    fn set_parts(&mut self, set: usize) -> (&mut [T], &mut [u16]) {
-        let (ways, tag_words) = (self.ways, self.tag_words);
+    fn geometry<const W: usize>(&self) -> (usize, usize) {
+        debug_assert!(W == 0 || W == self.ways, "a {W}-way operation on a {}-way store", self.ways);
+        if W == 0 {
+            (self.ways, self.tag_words)
+        } else {
+            (W, (W * std::mem::size_of::<T>()).div_ceil(8))
+        }
+    }
+
+    /// The tags of `set`, for a store of `W` ways (0: any; [`SetAssoc::geometry`]).
+    #[inline(always)]
+    fn set_tags_w<const W: usize>(&self, set: usize) -> &[T] {
+        let (ways, _) = self.geometry::<W>();
+        // SAFETY: see `set_tags`; `ways` is the store's (`geometry`).
+        unsafe { std::slice::from_raw_parts(self.set_base(set).cast::<T>(), ways) }
+    }
+
+    /// The tags and the replacement state of `set`, for a store of `W` ways (0: any;
+    /// [`SetAssoc::geometry`]).
+    #[inline(always)]
+    fn set_parts_w<const W: usize>(&mut self, set: usize) -> (&mut [T], &mut [u16]) {
+        let (ways, tag_words) = self.geometry::<W>();
         let base = self.set_base_mut(set);
-        // SAFETY: see `set_tags`; the tags end before word `tag_words`, where the states begin.
+        // SAFETY: see `set_tags`; `ways` and `tag_words` are the store's (`geometry`), and the
+        // tags end before word `tag_words`, where the states begin.
         unsafe {
             (
                 std::slice::from_raw_parts_mut(base.cast::<T>(), ways),
@@ -514,7 +597,13 @@ impl<T: Tag> SetAssoc<T> {
     /// hit's way, which is random (docs/performance.md, "Branch-free set search").
     #[inline(always)]
     fn find(&self, set: usize, tag: T) -> Option<usize> {
-        Self::find_in(self.set_tags(set), tag)
+        by_shape!(self.find_w(set, tag))
+    }
+
+    /// [`SetAssoc::find`] for `W` ways (0: any); the policy does not matter.
+    #[inline(always)]
+    fn find_w<const W: usize, const SRRIP: bool>(&self, set: usize, tag: T) -> Option<usize> {
+        Self::find_in(self.set_tags_w::<W>(set), tag)
     }
 
     /// The way of a set's `tags` holding `tag`, as [`SetAssoc::find`] searches it.
@@ -563,8 +652,13 @@ impl<T: Tag> SetAssoc<T> {
     /// re-reference (RRPV 0).
     #[inline(always)]
     fn touch_at(&mut self, set: usize, way: usize) {
-        let policy = self.policy;
-        Self::hit_state(policy, self.set_meta(set), way);
+        by_shape!(self.touch_w(set, way))
+    }
+
+    /// [`SetAssoc::touch_at`] for `W` ways (0: any) under SRRIP or LRU.
+    #[inline(always)]
+    fn touch_w<const W: usize, const SRRIP: bool>(&mut self, set: usize, way: usize) {
+        Self::hit_state(policy_of::<SRRIP>(), self.set_parts_w::<W>(set).1, way);
     }
 
     /// Replacement state of a way just hit ([`SetAssoc::touch_at`] on a set's state `meta`).
@@ -581,10 +675,15 @@ impl<T: Tag> SetAssoc<T> {
     #[inline(always)]
     pub fn lookup(&mut self, set: usize, tag: T) -> Option<usize> {
         debug_assert!(tag != T::INVALID, "the invalid tag is reserved");
-        let policy = self.policy;
-        let (tags, meta) = self.set_parts(set);
+        by_shape!(self.lookup_w(set, tag))
+    }
+
+    /// [`SetAssoc::lookup`] for `W` ways (0: any) under SRRIP or LRU.
+    #[inline(always)]
+    fn lookup_w<const W: usize, const SRRIP: bool>(&mut self, set: usize, tag: T) -> Option<usize> {
+        let (tags, meta) = self.set_parts_w::<W>(set);
         let way = Self::find_in(tags, tag)?;
-        Self::hit_state(policy, meta, way);
+        Self::hit_state(policy_of::<SRRIP>(), meta, way);
         Some(way)
     }
 
@@ -614,9 +713,15 @@ impl<T: Tag> SetAssoc<T> {
     pub fn insert(&mut self, set: usize, tag: T) -> (usize, Option<T>) {
         debug_assert!(self.probe(set, tag).is_none(), "tag {tag:#x} inserted twice in set {set}");
         debug_assert!(tag != T::INVALID, "the invalid tag is reserved");
-        // `victim` and `insert_at` on one cut of the set.
-        let policy = self.policy;
-        let (tags, meta) = self.set_parts(set);
+        by_shape!(self.insert_w(set, tag))
+    }
+
+    /// [`SetAssoc::insert`] for `W` ways (0: any) under SRRIP or LRU: `victim` and `insert_at`
+    /// on one cut of the set.
+    #[inline(always)]
+    fn insert_w<const W: usize, const SRRIP: bool>(&mut self, set: usize, tag: T) -> (usize, Option<T>) {
+        let policy = policy_of::<SRRIP>();
+        let (tags, meta) = self.set_parts_w::<W>(set);
         let way = Self::victim_in(policy, meta);
         (way, Self::fill_way(policy, tags, meta, way, tag))
     }
@@ -635,16 +740,26 @@ impl<T: Tag> SetAssoc<T> {
     pub fn insert_at(&mut self, set: usize, way: usize, tag: T) -> Option<T> {
         debug_assert!(tag != T::INVALID, "the invalid tag is reserved");
         debug_assert!(self.probe(set, tag).is_none_or(|w| w == way), "tag {tag:#x} inserted twice in set {set}");
-        let policy = self.policy;
-        let (tags, meta) = self.set_parts(set);
-        Self::fill_way(policy, tags, meta, way, tag)
+        by_shape!(self.insert_at_w(set, way, tag))
+    }
+
+    /// [`SetAssoc::insert_at`] for `W` ways (0: any) under SRRIP or LRU.
+    #[inline(always)]
+    fn insert_at_w<const W: usize, const SRRIP: bool>(&mut self, set: usize, way: usize, tag: T) -> Option<T> {
+        let (tags, meta) = self.set_parts_w::<W>(set);
+        Self::fill_way(policy_of::<SRRIP>(), tags, meta, way, tag)
     }
 
     /// Chooses the way to fill in `set` (and ages SRRIP state if needed).
     #[inline]
     fn victim(&mut self, set: usize) -> usize {
-        let policy = self.policy;
-        Self::victim_in(policy, self.set_meta(set))
+        by_shape!(self.victim_w(set))
+    }
+
+    /// [`SetAssoc::victim`] for `W` ways (0: any) under SRRIP or LRU.
+    #[inline(always)]
+    fn victim_w<const W: usize, const SRRIP: bool>(&mut self, set: usize) -> usize {
+        Self::victim_in(policy_of::<SRRIP>(), self.set_parts_w::<W>(set).1)
     }
 
     /// [`SetAssoc::victim`] on a set's replacement state `meta`.
@@ -678,14 +793,19 @@ impl<T: Tag> SetAssoc<T> {
     /// per slot (dirty bits, counters) read it before dropping the entry.
     #[inline]
     pub fn invalidate_way(&mut self, set: usize, way: usize) -> Option<T> {
-        let old = std::mem::replace(&mut self.set_tags_mut(set)[way], T::INVALID);
+        by_shape!(self.invalidate_way_w(set, way))
+    }
+
+    /// [`SetAssoc::invalidate_way`] for `W` ways (0: any) under SRRIP or LRU.
+    #[inline(always)]
+    fn invalidate_way_w<const W: usize, const SRRIP: bool>(&mut self, set: usize, way: usize) -> Option<T> {
+        let empty = self.empty_meta(way);
+        let (tags, meta) = self.set_parts_w::<W>(set);
+        let old = std::mem::replace(&mut tags[way], T::INVALID);
         if old == T::INVALID {
             return None;
         }
-        let empty = self.empty_meta(way);
-        let policy = self.policy;
-        let meta = self.set_meta(set);
-        if policy == Replacement::Lru {
+        if !SRRIP {
             // The valid ways older than it move up one rank, keeping ranks 0..valid-1.
             let r = meta[way];
             meta.iter_mut().for_each(|m| *m -= u16::from(*m > r && *m < INVALID_RANK));
@@ -1010,6 +1130,63 @@ mod tests {
         assert_eq!(s.insert(0, I), (3, Some(G)));
         assert_eq!(s.insert(0, J), (1, Some(B)));
         assert_eq!(s.state(0), [2, 2, 3, 3]);
+    }
+
+    /// Every operation compiled for a [`Shape`] (a width and policy as constants) leaves the
+    /// store exactly as the general code does: two stores of each specialized pair, one forced
+    /// to the general shape, replay the same random lookups, probes, touches, fills (chosen and
+    /// placed), and invalidations, and agree on every answer and on every way's tag and
+    /// replacement state after each step.
+    #[test]
+    fn shaped_operations_equal_the_general_code() {
+        let general = |policy| match policy {
+            Replacement::Lru => Shape::Lru,
+            Replacement::Srrip => Shape::Srrip,
+        };
+        for (ways, policy) in
+            [(4, Replacement::Lru), (8, Replacement::Lru), (12, Replacement::Lru), (16, Replacement::Lru), (16, Replacement::Srrip)]
+        {
+            let sets = 4;
+            let mut shaped = SetAssoc::<u32>::with_way_bytes(sets, ways, policy);
+            assert_ne!(shaped.shape, general(policy), "{ways} ways, {policy:?} has code of its own");
+            let mut plain = shaped.clone();
+            plain.shape = general(policy);
+            let mut rng = crate::rng::Rng::new(ways as u64 * 31 + policy as u64);
+            for step in 0..30_000 {
+                let set = rng.below(sets as u64) as usize;
+                let tag = rng.below(3 * ways as u64) as u32;
+                let what = format!("{ways} ways, {policy:?}, step {step}");
+                match rng.below(12) {
+                    0 => {
+                        let w = rng.below(ways as u64) as usize;
+                        assert_eq!(shaped.invalidate_way(set, w), plain.invalidate_way(set, w), "{what}");
+                    }
+                    1 => assert_eq!(shaped.probe(set, tag), plain.probe(set, tag), "{what}"),
+                    2 => {
+                        if let Some(w) = plain.probe(set, tag) {
+                            shaped.touch(set, w);
+                            plain.touch(set, w);
+                        }
+                    }
+                    3 if plain.probe(set, tag).is_none() => {
+                        let w = shaped.choose_way(set);
+                        assert_eq!(w, plain.choose_way(set), "{what}");
+                        assert_eq!(shaped.insert_at(set, w, tag), plain.insert_at(set, w, tag), "{what}");
+                    }
+                    _ => {
+                        let hit = shaped.lookup(set, tag);
+                        assert_eq!(hit, plain.lookup(set, tag), "{what}");
+                        if hit.is_none() {
+                            assert_eq!(shaped.insert(set, tag), plain.insert(set, tag), "{what}");
+                        }
+                    }
+                }
+                for w in 0..ways {
+                    assert_eq!(shaped.tag_at(set, w), plain.tag_at(set, w), "{what}");
+                }
+                assert_eq!(shaped.set_meta(set), plain.set_meta(set), "{what}");
+            }
+        }
     }
 
     #[test]
