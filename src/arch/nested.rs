@@ -349,6 +349,7 @@ impl<G: Driver, H: Driver> Nested<G, H> {
     /// reference they serve). Takes EPT violations (host faults) as they come. Returns the
     /// host-physical address, the host page size, and the first step after the host references;
     /// `None` only if the host cannot back the page (then `plan.violation` says so).
+    #[inline(always)]
     fn host_translate<T: SharedTlb>(
         &mut self,
         wc: &mut NestedWc<G, H>,
@@ -411,23 +412,35 @@ impl<G: Driver, H: Driver> Nested<G, H> {
                     return Some((t.paddr(hva), t.size, step));
                 }
                 None => {
-                    // EPT / stage-2 violation: the hypervisor backs the page, the walk resumes.
-                    self.stats.ept_violations += 1;
-                    let before = self.host.cycles(Path::Fault);
-                    if self.host.fault(VM, hva).is_err() {
-                        plan.violation = Some("the host cannot back guest memory (host out of memory)");
+                    if !self.back_guest_page(wc, l2, hva, plan) {
                         return None;
                     }
-                    let c = self.host.cycles(Path::Fault) - before + self.trap_cycles;
-                    self.stats.host_fault_cycles += c;
-                    plan.fixed_cycles += c as u32;
-                    self.drain_host_shootdowns();
-                    // The host fault may have remapped other pages (swap): this core's host
-                    // caches are flushed before the walk goes on.
-                    self.sync_host_caches(wc, l2);
                 }
             }
         }
+    }
+
+    /// An EPT / stage-2 violation at `hva`: the hypervisor backs the page (its cost and the VM
+    /// exit charged to the walk), and the walk resumes. `false` (with `plan.violation` set) if the
+    /// host cannot. Out of line: a violation is rare after the guest's memory is populated, and
+    /// the walk's common path, [`Nested::host_translate`], is inlined into the 2-D walk.
+    #[cold]
+    #[inline(never)]
+    fn back_guest_page<T: SharedTlb>(&mut self, wc: &mut NestedWc<G, H>, l2: &mut T, hva: u64, plan: &mut WalkPlan) -> bool {
+        self.stats.ept_violations += 1;
+        let before = self.host.cycles(Path::Fault);
+        if self.host.fault(VM, hva).is_err() {
+            plan.violation = Some("the host cannot back guest memory (host out of memory)");
+            return false;
+        }
+        let c = self.host.cycles(Path::Fault) - before + self.trap_cycles;
+        self.stats.host_fault_cycles += c;
+        plan.fixed_cycles += c as u32;
+        self.drain_host_shootdowns();
+        // The host fault may have remapped other pages (swap): this core's host caches are
+        // flushed before the walk goes on.
+        self.sync_host_caches(wc, l2);
+        true
     }
 
     /// Runs a guest translation-database call; with `back_on_guest_map`, the host then backs

@@ -285,7 +285,7 @@ impl Radix {
     /// The hardware walk of [`Driver::walk`], also returning the raw leaf entry (so a driver built
     /// on this table can read hint bits such as arm64's contiguous bit). Sets the leaf's accessed
     /// bit, as x86 walkers and ARMv8.1 hardware access-flag management do.
-    #[inline]
+    #[inline(always)]
     pub(super) fn walk_entry(
         &mut self,
         s: &mut RadixSpace,
