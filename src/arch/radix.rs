@@ -24,6 +24,7 @@ use super::{ArchConfig, Design, Registered};
 use crate::addr::{PageSize, Pfn};
 use crate::error::{Error, Result};
 use crate::tapi::{Driver, TObj, Tdb, TdbEnv, Translation, WalkPlan};
+use std::cell::Cell;
 
 pub use super::x86pte::PwcLevel;
 
@@ -79,7 +80,20 @@ pub struct RadixSpace {
     free_ids: Vec<u32>,
     root: u32,
     tables: u64,
+    /// The host prefetch's shortcut past the upper levels ([`Driver::prefetch`]): for a few
+    /// 1 GiB regions, `region << 32 | id` of the level-2 table covering it ([`NO_NEAR`] if
+    /// none), so the prefetch reads that table's entry and the leaf below instead of walking
+    /// down from the root, a chain of dependent host loads that is most of its cost. Host-side
+    /// only: no walk, count or result reads it. A table's id is reused only after it is freed,
+    /// and [`RadixSpace::free_node`] forgets them all, so an id here is always the live table of
+    /// its region.
+    near: [Cell<u64>; NEAR],
 }
+
+/// Regions [`RadixSpace::near`] remembers (by the low bits of `va >> 30`).
+const NEAR: usize = 8;
+/// An empty [`RadixSpace::near`] slot: its region (the high half) is no region's.
+const NO_NEAR: u64 = u64::MAX;
 
 impl RadixSpace {
     fn node(&self, id: u32) -> &Node {
@@ -106,6 +120,7 @@ impl RadixSpace {
     }
 
     fn free_node(&mut self, id: u32, env: &mut TdbEnv) -> Result<()> {
+        self.near.iter().for_each(|c| c.set(NO_NEAR));
         let n = self.nodes[id as usize].take().expect("live table");
         self.free_ids.push(id);
         self.tables -= 1;
@@ -345,7 +360,8 @@ impl Tdb for Radix {
     type Space = RadixSpace;
 
     fn create_space(&mut self, _asid: u16, env: &mut TdbEnv) -> Result<RadixSpace> {
-        let mut s = RadixSpace { nodes: Vec::new(), free_ids: Vec::new(), root: 0, tables: 0 };
+        let mut s =
+            RadixSpace { nodes: Vec::new(), free_ids: Vec::new(), root: 0, tables: 0, near: std::array::from_fn(|_| Cell::new(NO_NEAR)) };
         s.root = s.new_node(env)?;
         Ok(s)
     }
@@ -587,8 +603,16 @@ impl Driver for Radix {
     /// the entry a walk would end at: the leaf a random workload misses on in host memory.
     #[inline]
     fn prefetch(&self, s: &RadixSpace, va: u64) -> Option<u64> {
-        let (mut id, mut level) = (s.root, self.levels);
+        let region = va >> 30;
+        let near = &s.near[region as usize % NEAR];
+        let (mut id, mut level) = match near.get() {
+            m if m >> 32 == region => (m as u32, 2),
+            _ => (s.root, self.levels),
+        };
         loop {
+            if level == 2 {
+                near.set(region << 32 | u64::from(id));
+            }
             let n = s.node(id);
             let i = index(va, level);
             if level == 1 {
@@ -752,6 +776,47 @@ mod tests {
             assert_eq!(entry, Some(plan.refs.last().unwrap().paddr), "{va:#x}");
         }
         assert_eq!(r.prefetch(&s, 0x9999_0000), None);
+    }
+
+    /// The prefetch's shortcut past the upper levels ([`RadixSpace::near`]) never names an entry
+    /// the walk would not read: across unmaps that free tables, ids reused by tables of other
+    /// regions, and regions sharing a shortcut slot, every prefetch still ends where the walk
+    /// does, or names nothing where nothing is mapped.
+    #[test]
+    fn prefetch_shortcut_follows_freed_and_reused_tables() {
+        for levels in [4u8, 5] {
+            let (mut r, mut phys, mut cost) = setup(levels);
+            let mut env = TdbEnv { phys: &mut phys, cost: &mut cost };
+            let mut s = r.create_space(1, &mut env).unwrap();
+            let mut rng = crate::rng::Rng::new(u64::from(levels));
+            // 24 regions of 1 GiB, three times the shortcut's slots, a few pages in each.
+            let va_of = |k: u64, p: u64| (k << 30) + (p << 12);
+            let mut mapped = std::collections::BTreeSet::new();
+            for step in 0..4000 {
+                let (k, p) = (rng.below(24), rng.below(4));
+                let va = va_of(k, p);
+                match rng.below(3) {
+                    0 if mapped.remove(&va) => {
+                        r.remove(&mut s, va, PageSize::K4, &mut env).unwrap();
+                    }
+                    1 if mapped.insert(va) => {
+                        r.update(&mut s, &TObj::new(va, 0x10_0000 + step * 4096, PageSize::K4, prot::RW), &mut env).unwrap();
+                    }
+                    _ => {}
+                }
+                let probe = va_of(rng.below(24), rng.below(4)) + rng.below(4096);
+                let entry = r.prefetch(&s, probe);
+                let (mut plan, mut wc) = (WalkPlan::default(), r.new_walk_cache());
+                let walked = r.walk(&mut s, &mut wc, 1, probe, &mut plan);
+                if walked.is_some() {
+                    assert_eq!(entry, Some(plan.refs.last().unwrap().paddr), "{levels} levels, step {step}, {probe:#x}");
+                } else if let Some(e) = entry {
+                    // An unmapped page whose leaf table exists: the prefetch names its empty entry.
+                    assert_eq!(Some(e), plan.refs.last().map(|x| x.paddr), "{levels} levels, step {step}, {probe:#x}");
+                }
+            }
+            assert!(s.table_pages() > 1);
+        }
     }
 
     #[test]
