@@ -652,6 +652,16 @@ mod tests {
         (Radix::new(&cfg), PhysMem::new(1 << 30, 14), OsCost::default())
     }
 
+    /// Runs `f` on a fresh table of 4 and then of 5 levels, with its address space.
+    fn on_both_depths(mut f: impl FnMut(u8, &mut Radix, &mut RadixSpace, &mut TdbEnv)) {
+        for levels in [4u8, 5] {
+            let (mut r, mut phys, mut cost) = setup(levels);
+            let mut env = TdbEnv { phys: &mut phys, cost: &mut cost };
+            let mut s = r.create_space(1, &mut env).unwrap();
+            f(levels, &mut r, &mut s, &mut env);
+        }
+    }
+
     #[test]
     fn map_find_walk_remove() {
         let (mut r, mut phys, mut cost) = setup(4);
@@ -784,10 +794,7 @@ mod tests {
     /// does, or names nothing where nothing is mapped.
     #[test]
     fn prefetch_shortcut_follows_freed_and_reused_tables() {
-        for levels in [4u8, 5] {
-            let (mut r, mut phys, mut cost) = setup(levels);
-            let mut env = TdbEnv { phys: &mut phys, cost: &mut cost };
-            let mut s = r.create_space(1, &mut env).unwrap();
+        on_both_depths(|levels, r, s, env| {
             let mut rng = crate::rng::Rng::new(u64::from(levels));
             // 24 regions of 1 GiB, three times the shortcut's slots, a few pages in each.
             let va_of = |k: u64, p: u64| (k << 30) + (p << 12);
@@ -797,17 +804,17 @@ mod tests {
                 let va = va_of(k, p);
                 match rng.below(3) {
                     0 if mapped.remove(&va) => {
-                        r.remove(&mut s, va, PageSize::K4, &mut env).unwrap();
+                        r.remove(s, va, PageSize::K4, env).unwrap();
                     }
                     1 if mapped.insert(va) => {
-                        r.update(&mut s, &TObj::new(va, 0x10_0000 + step * 4096, PageSize::K4, prot::RW), &mut env).unwrap();
+                        r.update(s, &TObj::new(va, 0x10_0000 + step * 4096, PageSize::K4, prot::RW), env).unwrap();
                     }
                     _ => {}
                 }
                 let probe = va_of(rng.below(24), rng.below(4)) + rng.below(4096);
-                let entry = r.prefetch(&s, probe);
+                let entry = r.prefetch(s, probe);
                 let (mut plan, mut wc) = (WalkPlan::default(), r.new_walk_cache());
-                let walked = r.walk(&mut s, &mut wc, 1, probe, &mut plan);
+                let walked = r.walk(s, &mut wc, 1, probe, &mut plan);
                 if walked.is_some() {
                     assert_eq!(entry, Some(plan.refs.last().unwrap().paddr), "{levels} levels, step {step}, {probe:#x}");
                 } else if let Some(e) = entry {
@@ -816,21 +823,18 @@ mod tests {
                 }
             }
             assert!(s.table_pages() > 1);
-        }
+        });
     }
 
     #[test]
     fn five_levels_add_one_reference() {
-        for levels in [4u8, 5] {
-            let (mut r, mut phys, mut cost) = setup(levels);
-            let mut env = TdbEnv { phys: &mut phys, cost: &mut cost };
-            let mut s = r.create_space(1, &mut env).unwrap();
-            r.update(&mut s, &TObj::new(0x1234_5000, 0x8000, PageSize::K4, prot::RW), &mut env).unwrap();
+        on_both_depths(|levels, r, s, env| {
+            r.update(s, &TObj::new(0x1234_5000, 0x8000, PageSize::K4, prot::RW), env).unwrap();
             let mut wc = r.new_walk_cache();
             let mut plan = WalkPlan::default();
-            r.walk(&mut s, &mut wc, 1, 0x1234_5000, &mut plan).unwrap();
+            r.walk(s, &mut wc, 1, 0x1234_5000, &mut plan).unwrap();
             assert_eq!(plan.refs.len(), levels as usize);
             assert_eq!(plan.unfiltered, levels as u32);
-        }
+        });
     }
 }
