@@ -599,8 +599,9 @@ impl Driver for Radix {
         wc.invalidate(asid, start, end);
     }
 
-    /// Descends the host copy of the tables (upper levels are host-cache resident) and prefetches
-    /// the entry a walk would end at: the leaf a random workload misses on in host memory.
+    /// Descends the host copy of the tables, from the level-2 table remembered for `va`'s 1 GiB
+    /// region ([`RadixSpace::near`]) or else from the root, and prefetches the entry a walk would
+    /// end at: the leaf a random workload misses on in host memory.
     #[inline]
     fn prefetch(&self, s: &RadixSpace, va: u64) -> Option<u64> {
         let region = va >> 30;
