@@ -778,11 +778,19 @@ impl<T: Tag> SetAssoc<T> {
         way
     }
 
-    /// Removes `tag` from `set` if present; returns whether it was.
+    /// Removes `tag` from `set` if present; returns whether it was. (Shootdowns probe a set per
+    /// page and size this way: one dispatch for the search and the removal.)
+    #[inline]
     pub fn invalidate(&mut self, set: usize, tag: T) -> bool {
-        match self.probe(set, tag) {
+        by_shape!(self.invalidate_w(set, tag))
+    }
+
+    /// [`SetAssoc::invalidate`] for `W` ways (0: any) under SRRIP or LRU.
+    #[inline(always)]
+    fn invalidate_w<const W: usize, const SRRIP: bool>(&mut self, set: usize, tag: T) -> bool {
+        match self.find_w::<W, SRRIP>(set, tag) {
             Some(way) => {
-                self.invalidate_way(set, way);
+                self.invalidate_way_w::<W, SRRIP>(set, way);
                 true
             }
             None => false,
@@ -1135,7 +1143,7 @@ mod tests {
     /// Every operation compiled for a [`Shape`] (a width and policy as constants) leaves the
     /// store exactly as the general code does: two stores of each specialized pair, one forced
     /// to the general shape, replay the same random lookups, probes, touches, fills (chosen and
-    /// placed), and invalidations, and agree on every answer and on every way's tag and
+    /// placed), and invalidations (of a way and of a tag), and agree on every answer and on every way's tag and
     /// replacement state after each step.
     #[test]
     fn shaped_operations_equal_the_general_code() {
@@ -1156,11 +1164,12 @@ mod tests {
                 let set = rng.below(sets as u64) as usize;
                 let tag = rng.below(3 * ways as u64) as u32;
                 let what = format!("{ways} ways, {policy:?}, step {step}");
-                match rng.below(12) {
+                match rng.below(13) {
                     0 => {
                         let w = rng.below(ways as u64) as usize;
                         assert_eq!(shaped.invalidate_way(set, w), plain.invalidate_way(set, w), "{what}");
                     }
+                    12 => assert_eq!(shaped.invalidate(set, tag), plain.invalidate(set, tag), "{what}"),
                     1 => assert_eq!(shaped.probe(set, tag), plain.probe(set, tag), "{what}"),
                     2 => {
                         if let Some(w) = plain.probe(set, tag) {

@@ -419,13 +419,21 @@ impl<T: Tag> Cache<T> {
     /// state after is the same. Returns how many lines were present.
     pub fn invalidate_ranges(&mut self, ranges: &[(u64, u64)]) -> u64 {
         debug_assert!(ranges.windows(2).all(|w| w[0].1 <= w[1].0), "ranges must be sorted and disjoint");
+        self.invalidate_where(|line| {
+            let i = ranges.partition_point(|r| r.1 <= line);
+            ranges.get(i).is_some_and(|r| r.0 <= line)
+        })
+    }
+
+    /// Removes every line for which `doomed(line)` holds, in one pass over the whole cache, as
+    /// [`Cache::invalidate`] of each would (the state after does not depend on the order lines
+    /// leave in). Returns how many were present.
+    pub fn invalidate_where(&mut self, doomed: impl Fn(u64) -> bool) -> u64 {
         let mut removed = 0;
         for set in 0..self.tags.sets() {
             for way in 0..self.tags.ways() {
                 if let Some(tag) = self.tags.tag_at(set, way) {
-                    let line = self.line_of(set, tag);
-                    let i = ranges.partition_point(|r| r.1 <= line);
-                    if ranges.get(i).is_some_and(|r| r.0 <= line) {
+                    if doomed(self.line_of(set, tag)) {
                         self.forget_slot(self.tags.byte_index(set, way));
                         self.tags.invalidate_way(set, way);
                         removed += 1;
