@@ -406,7 +406,9 @@ impl Tdb for Radix {
             level -= 1;
         }
         let i = index(o.va, level);
-        let (e, child) = (s.node(id).pte[i], s.node(id).child[i]);
+        // A last-level table's entries are all leaves: its child ids are never set, so reading
+        // one (another host line, a miss for a random page) would only find `NO_CHILD`.
+        let (e, child) = (s.node(id).pte[i], if level > 1 { s.node(id).child[i] } else { NO_CHILD });
         env.cost.read(1);
         if e & PRESENT != 0 && child != NO_CHILD {
             // A table below: only an empty one may be replaced by a leaf, and tables are never empty.
@@ -456,7 +458,10 @@ impl Tdb for Radix {
             let (nid, i) = path[d];
             let n = s.node_mut(nid);
             n.pte[i] = 0;
-            n.child[i] = NO_CHILD;
+            // (A last-level table's child ids are never set: nothing to clear there.)
+            if self.levels as usize - d > 1 {
+                n.child[i] = NO_CHILD;
+            }
             n.used -= 1;
             env.cost.write(1);
             if n.used > 0 || nid == s.root {

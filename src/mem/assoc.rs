@@ -733,6 +733,15 @@ impl<T: Tag> SetAssoc<T> {
         self.victim(set)
     }
 
+    /// The way [`SetAssoc::choose_way`] would take in `set` now, changing nothing: SRRIP's
+    /// ageing adds the same amount to every way, which does not change the way it picks. For
+    /// host-side hints that look ahead (the victim a later fill will move out).
+    pub fn peek_way(&self, set: usize) -> usize {
+        // SAFETY: see `set_tags`; the states begin at word `tag_words` and are `ways` long.
+        let meta = unsafe { std::slice::from_raw_parts(self.set_base(set).add(self.tag_words).cast::<u16>(), self.ways) };
+        max_way(meta).1
+    }
+
     /// Fills `tag` into (`set`, `way`) with a fill's replacement state (LRU most recent, SRRIP RRPV
     /// 2); returns the tag it replaced, if valid. The caller guarantees `tag` is not elsewhere in
     /// the set.
@@ -1178,7 +1187,9 @@ mod tests {
                         }
                     }
                     3 if plain.probe(set, tag).is_none() => {
+                        let peeked = shaped.peek_way(set);
                         let w = shaped.choose_way(set);
+                        assert_eq!(peeked, w, "peek_way, {what}");
                         assert_eq!(w, plain.choose_way(set), "{what}");
                         assert_eq!(shaped.insert_at(set, w, tag), plain.insert_at(set, w, tag), "{what}");
                     }

@@ -7,7 +7,7 @@ use crate::addr::{bytes_serde, PageSize};
 use crate::error::{Error, Result};
 use crate::tapi::Driver;
 use crate::tapi::Translation;
-use crate::tapi::{Event, Evict, EvictTo, Func, Path, Placement, TdbEnv};
+use crate::tapi::{Event, Evict, EvictTo, Func, MigrationRequest, Path, Placement, TdbEnv};
 use crate::workload::MapFlags;
 
 /// Moving a page between frames when the driver chooses where pages live ([`crate::tapi::FramePlacement::place`]).
@@ -45,6 +45,10 @@ impl Default for SwapConfig {
         SwapConfig { enabled: false, page_cycles: 52_000.0, min_free: 8 << 20 }
     }
 }
+
+/// How many page moves ahead [`Os::prefetch_move`] runs: far enough for its host loads to
+/// arrive before the move reads them, near enough that the victim it peeks is still the one.
+const MOVE_PREFETCH_AHEAD: usize = 4;
 
 #[inline(always)]
 pub(super) fn busy_key(asid: u16, va: u64) -> u64 {
@@ -284,6 +288,21 @@ impl<D: Driver> Os<D> {
         self.busy_until = f64::NEG_INFINITY;
     }
 
+    /// Host prefetch of what moving `r` will read first: the ground-truth buckets and the
+    /// driver's entries (its prefetch: radix's leaf) of the page and of the page the driver
+    /// would move out for it ([`FramePlacement::victim_hint`]). A hint: changes nothing. Page
+    /// moves come in batches (an epoch's requests), so it runs a few moves ahead.
+    fn prefetch_move(&mut self, r: &MigrationRequest) {
+        let Some(p) = self.procs.get(r.asid as usize) else { return };
+        p.truth.prefetch_removal(r.va);
+        let _ = self.driver.prefetch(&p.space, r.va);
+        let victim = self.driver.placement().and_then(|d| d.victim_hint(&p.space, r.va, r.size));
+        if let Some(v) = victim.and_then(|(asid, va)| self.procs.get(asid as usize).map(|q| (q, va))) {
+            v.0.truth.prefetch_removal(v.1);
+            let _ = self.driver.prefetch(&v.0.space, v.1);
+        }
+    }
+
     /// Moves the pages the driver asked for ([`crate::tapi::MigrationPolicy::take_migrations`]) to the frames it
     /// places them in; background work, charged to the promote path.
     pub(super) fn migrate_requested(&mut self) -> Result<()> {
@@ -292,7 +311,10 @@ impl<D: Driver> Os<D> {
             return Ok(());
         }
         self.cost.set_path(Path::Promote);
-        for r in reqs {
+        for (k, &r) in reqs.iter().enumerate() {
+            if let Some(next) = reqs.get(k + MOVE_PREFETCH_AHEAD) {
+                self.prefetch_move(next);
+            }
             let Some(p) = self.procs.get(r.asid as usize) else { continue };
             let Some((pa, size)) = p.truth.lookup(r.va) else { continue };
             if size != r.size || size.align_down(r.va) != r.va {

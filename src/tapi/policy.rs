@@ -81,6 +81,15 @@ pub trait FramePlacement<D: Driver> {
     /// promotion) or is moving because a [`MigrationPolicy`] asked. Work is charged to allocation.
     fn place(&mut self, s: &mut D::Space, asid: u16, va: u64, size: PageSize, flags: MapFlags, env: &mut TdbEnv) -> Placement;
 
+    /// The page ((ASID, virtual base) of a mapped page) that [`FramePlacement::place`] would
+    /// move out if asked now to place a page of `size` at `va`, or `None`; changes nothing. A
+    /// host-side hint: the OS prefetches that page's entries a few page moves ahead
+    /// (docs/performance.md, "Page moves prefetched ahead"); a wrong answer costs only time.
+    /// Default: none.
+    fn victim_hint(&self, _s: &D::Space, _va: u64, _size: PageSize) -> Option<(u16, u64)> {
+        None
+    }
+
     /// Whether the frame at `pa` lies in memory the driver reserved at boot: the OS never returns
     /// such a frame to the buddy allocator (the driver frees its slot in `remove`).
     fn owns_frame(&self, _pa: u64) -> bool {

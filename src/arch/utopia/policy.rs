@@ -128,6 +128,24 @@ impl FramePlacement<Utopia> for Utopia {
         Placement::Frame { pa: g.slot_pa(set * g.ways + way), evict: Some(victim) }
     }
 
+    /// The victim `place` would choose for a page moving into a RestSeg: none if the page is
+    /// there already or a set of its size has a free way, else the first such RestSeg's SRRIP
+    /// victim as it stands ([`SetAssoc::peek_way`]).
+    fn victim_hint(&self, s: &UtopiaSpace, va: u64, size: PageSize) -> Option<(u16, u64)> {
+        let mut first = None;
+        for (i, g) in self.segs.iter().enumerate().filter(|(_, g)| g.page == size) {
+            let vpn = va >> g.shift;
+            let set = g.set_of(vpn);
+            if Self::tar_slot(g, &s.segs[i], set, vpn).is_some() || (0..g.ways).any(|w| g.global.tag_at(set, w).is_none()) {
+                return None;
+            }
+            first.get_or_insert((g, set));
+        }
+        let (g, set) = first?;
+        let t = g.global.tag_at(set, g.global.peek_way(set))?;
+        Some(((t & 0xffff) as u16, (t >> 16) << g.shift))
+    }
+
     fn owns_frame(&self, pa: u64) -> bool {
         self.segs.iter().any(|g| g.contains(pa))
     }

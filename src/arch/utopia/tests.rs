@@ -116,6 +116,48 @@ fn srrip_victims_on_a_hand_made_sequence() {
     check(&mut os);
 }
 
+/// `victim_hint` names, without changing anything, the page the next placement moves out: none
+/// while the set has a free way or for a page already in a RestSeg, else SRRIP's victim as RSW
+/// hits left it (two sets of 4 ways; faults and hits in a random order).
+#[test]
+fn victim_hint_names_the_page_placement_moves_out() {
+    let cfg = UtopiaConfig { restsegs: vec![seg(32 << 10, PageSize::K4, 4)], ..UtopiaConfig::default() };
+    let mut os = os_with(cfg, 256 << 20, false);
+    let a = os.spawn(true).unwrap();
+    let pg = |i: u64| 0x1000_0000u64 + i * 4096;
+    let in_rest = |os: &Os<Utopia>, i: u64| os.driver.owns_frame(os.truth(a, pg(i)).unwrap().pbase);
+    let mut rng = crate::rng::Rng::new(5);
+    let (mut wc, mut plan) = (os.driver.new_walk_cache(), WalkPlan::default());
+    let mut named = 0;
+    for i in 0..60 {
+        // Hits on random resident pages change the SRRIP state the hint must follow.
+        for _ in 0..rng.below(3) {
+            let j = rng.below(i.max(1));
+            if i > 0 && in_rest(&os, j) {
+                plan.clear();
+                rsw(&mut os, a, &mut wc, pg(j), &mut plan).unwrap();
+            }
+        }
+        let hint = os.driver.victim_hint(&os.procs[a as usize].space, pg(i), PageSize::K4);
+        let evictions = os.stats.evictions;
+        os.fault(a, pg(i)).unwrap();
+        assert!(in_rest(&os, i), "page {i}");
+        match hint {
+            Some((asid, va)) => {
+                assert_eq!(os.stats.evictions, evictions + 1, "page {i}");
+                let j = (va - pg(0)) / 4096;
+                assert!(asid == a && j < i && !in_rest(&os, j), "page {i}: hint {va:#x}");
+                named += 1;
+            }
+            None => assert_eq!(os.stats.evictions, evictions, "page {i}: nothing named, yet a page moved out"),
+        }
+        let resident = (0..=i).find(|&j| in_rest(&os, j)).unwrap();
+        assert_eq!(os.driver.victim_hint(&os.procs[a as usize].space, pg(resident), PageSize::K4), None);
+    }
+    assert_eq!(named, 52, "every fault after the 8 free ways names its victim");
+    check(&mut os);
+}
+
 /// The artifact's ULB (`arch.utopia.ulb`): an RSW hit fills it, the next lookup of the page is
 /// answered by it with no RSW and no reference, a shootdown of the page drops it; `holds` (the
 /// oracle of `rsw_start = "before-l1"`) follows the TAR.
