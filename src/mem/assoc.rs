@@ -687,6 +687,28 @@ impl<T: Tag> SetAssoc<T> {
         Some(way)
     }
 
+    /// [`SetAssoc::lookup`] of `tag`, and on a miss [`SetAssoc::insert`] of it, in one
+    /// dispatch on one cut of the set (a cache level's demand access): the way, whether it hit,
+    /// and on a miss the tag evicted, if that way held a valid one.
+    #[inline(always)]
+    pub fn lookup_or_insert(&mut self, set: usize, tag: T) -> (usize, bool, Option<T>) {
+        debug_assert!(tag != T::INVALID, "the invalid tag is reserved");
+        by_shape!(self.lookup_or_insert_w(set, tag))
+    }
+
+    /// [`SetAssoc::lookup_or_insert`] for `W` ways (0: any) under SRRIP or LRU.
+    #[inline(always)]
+    fn lookup_or_insert_w<const W: usize, const SRRIP: bool>(&mut self, set: usize, tag: T) -> (usize, bool, Option<T>) {
+        let policy = policy_of::<SRRIP>();
+        let (tags, meta) = self.set_parts_w::<W>(set);
+        if let Some(way) = Self::find_in(tags, tag) {
+            Self::hit_state(policy, meta, way);
+            return (way, true, None);
+        }
+        let way = Self::victim_in(policy, meta);
+        (way, false, Self::fill_way(policy, tags, meta, way, tag))
+    }
+
     /// Like [`SetAssoc::lookup`] but changes nothing: for checks, invalidations and side lookups that
     /// must not disturb replacement.
     #[inline]

@@ -232,13 +232,30 @@ impl<T: Tag> Cache<T> {
     /// Demand access to `line` (`paddr >> 6`): looks it up and, on a miss, fills it (the caller fetches
     /// it from below). A write marks the line dirty. A fill tags the line as translation or data by
     /// `translation`; a hit leaves the tag as it was.
-    #[inline]
+    ///
+    /// The same as [`Cache::lookup`] then, on a miss, [`Cache::fill`] (a fill dirty if `write`),
+    /// with one search of the set for both: a hierarchy that holds each level's write-back until
+    /// the levels below have been looked up and filled ([`super::MemHierarchy::access`]) leaves
+    /// the same state as one that looks every level up first and fills afterwards.
+    #[inline(always)]
     pub fn access(&mut self, line: u64, translation: bool, write: bool) -> CacheResult {
-        if self.lookup(line, translation, write) {
-            CacheResult { hit: true, writeback: None }
-        } else {
-            CacheResult { hit: false, writeback: self.fill(line, translation, write) }
+        if self.rehit(line, translation, write) {
+            return CacheResult { hit: true, writeback: None };
         }
+        let t = translation as usize;
+        self.accesses[t] += 1;
+        let set = self.set_of(line);
+        let (way, hit, evicted) = self.tags.lookup_or_insert(set, self.tag_of(line));
+        let slot = self.tags.byte_index(set, way);
+        self.note_mru(line, slot);
+        if hit {
+            self.hits[t] += 1;
+            if write {
+                *self.tags.byte_mut(slot) |= DIRTY;
+            }
+            return CacheResult { hit: true, writeback: None };
+        }
+        CacheResult { hit: false, writeback: self.filled(set, slot, evicted, translation, write) }
     }
 
     /// The lookup half of [`Cache::access`]: counts a demand access, and on a hit updates replacement
@@ -318,6 +335,13 @@ impl<T: Tag> Cache<T> {
         let (way, evicted) = self.tags.insert(set, self.tag_of(line));
         let slot = self.tags.byte_index(set, way);
         self.note_mru(line, slot);
+        self.filled(set, slot, evicted, translation, dirty)
+    }
+
+    /// The counts and flags of a fill into `slot` of `set` (its tag already in place) that
+    /// evicted `evicted`; the victim's write-back if it was dirty.
+    #[inline]
+    fn filled(&mut self, set: usize, slot: usize, evicted: Option<T>, translation: bool, dirty: bool) -> Option<Writeback> {
         let mut writeback = None;
         match evicted {
             Some(old) => {

@@ -240,60 +240,63 @@ impl MemHierarchy {
     /// or L2 by config). Returns the latency in core cycles and the level that served it.
     ///
     /// Latency is cumulative: the latency of every level looked up down to the one that serves it, plus
-    /// DRAM's latency if it goes to DRAM. On a miss the line is filled, on the way back, into every level
-    /// looked up (deepest first), tagged `translation` or data; only the entry level receives the line
-    /// dirty on a `write` (the levels below supplied a clean copy). Dirty victims are written back to the
-    /// next level (L1 → L2 → LLC → DRAM); the DRAM write is counted in DRAM stats but not charged to this
-    /// access.
+    /// DRAM's latency if it goes to DRAM. On a miss the line is filled into every level looked up, tagged
+    /// `translation` or data; only the entry level receives the line dirty on a `write` (the levels below
+    /// supplied a clean copy). Dirty victims are written back to the next level (L1 → L2 → LLC → DRAM);
+    /// the DRAM write is counted in DRAM stats but not charged to this access.
+    ///
+    /// Each level is looked up and, on a miss, filled in one step ([`Cache::access`]), but its
+    /// victim's write-back waits until every level below has been looked up and filled, deepest
+    /// first: a victim written back into a lower level must not displace the line this same
+    /// reference is about to look for there. Nothing else touches a level between its lookup
+    /// and its fill, so this is the order "look every level up, then fill from the deepest".
     #[inline]
     pub fn access(&mut self, core: usize, paddr: u64, translation: bool, write: bool, enter: Level) -> (u32, Level) {
         let line = paddr >> LINE_SHIFT;
         let entry = enter as u8;
         let mut latency = 0u32;
-        // Look every level up before filling any: a victim written back into a lower level must not
-        // displace the line this same reference is about to look for there.
+        let (mut l1_victim, mut l2_victim) = (None, None);
         let served = 'probe: {
             if entry <= Level::L1 as u8 {
                 let c = &mut self.l1[core];
                 latency += c.latency();
-                if c.lookup(line, translation, write) {
+                let r = c.access(line, translation, write);
+                if r.hit {
                     break 'probe Level::L1;
                 }
+                l1_victim = r.writeback;
             }
             if entry <= Level::L2 as u8 {
                 let c = &mut self.l2[core];
                 latency += c.latency();
-                if c.lookup(line, translation, write && enter == Level::L2) {
+                let r = c.access(line, translation, write && enter == Level::L2);
+                if r.hit {
                     break 'probe Level::L2;
                 }
+                l2_victim = r.writeback;
             }
             if entry <= Level::Llc as u8 {
                 let slice = self.llc_slice(line);
                 let c = &mut self.llc[slice];
                 latency += c.latency();
-                if c.lookup(line, translation, write && enter == Level::Llc) {
+                let r = c.access(line, translation, write && enter == Level::Llc);
+                if r.hit {
                     break 'probe Level::Llc;
                 }
+                latency += self.dram.access(paddr, translation, false);
+                if let Some(wb) = r.writeback {
+                    self.write_dram(wb);
+                }
+                break 'probe Level::Dram;
             }
             latency += self.dram.access(paddr, translation, write && enter == Level::Dram);
             Level::Dram
         };
-        let served_at = served as u8;
-        if served_at > Level::Llc as u8 && entry <= Level::Llc as u8 {
-            let slice = self.llc_slice(line);
-            if let Some(wb) = self.llc[slice].fill(line, translation, write && enter == Level::Llc) {
-                self.write_dram(wb);
-            }
+        if let Some(wb) = l2_victim {
+            self.write_llc(wb);
         }
-        if served_at > Level::L2 as u8 && entry <= Level::L2 as u8 {
-            if let Some(wb) = self.l2[core].fill(line, translation, write && enter == Level::L2) {
-                self.write_llc(wb);
-            }
-        }
-        if served_at > Level::L1 as u8 && entry == Level::L1 as u8 {
-            if let Some(wb) = self.l1[core].fill(line, translation, write) {
-                self.write_l2(core, wb);
-            }
+        if let Some(wb) = l1_victim {
+            self.write_l2(core, wb);
         }
         (latency, served)
     }
@@ -520,6 +523,87 @@ mod tests {
         let cfg = MemConfig::default();
         cfg.validate("mem").unwrap();
         MemHierarchy::new(&cfg, cores, GHZ)
+    }
+
+    /// The definition [`MemHierarchy::access`] must equal: every level looked up first, then
+    /// filled from the deepest, each fill's victim written back as it is made.
+    fn access_by_definition(h: &mut MemHierarchy, core: usize, paddr: u64, translation: bool, write: bool, enter: Level) -> (u32, Level) {
+        let line = paddr >> LINE_SHIFT;
+        let entry = enter as u8;
+        let mut latency = 0;
+        let served = 'probe: {
+            if entry <= Level::L1 as u8 {
+                latency += h.l1[core].latency();
+                if h.l1[core].lookup(line, translation, write) {
+                    break 'probe Level::L1;
+                }
+            }
+            if entry <= Level::L2 as u8 {
+                latency += h.l2[core].latency();
+                if h.l2[core].lookup(line, translation, write && enter == Level::L2) {
+                    break 'probe Level::L2;
+                }
+            }
+            if entry <= Level::Llc as u8 {
+                let slice = h.llc_slice(line);
+                latency += h.llc[slice].latency();
+                if h.llc[slice].lookup(line, translation, write && enter == Level::Llc) {
+                    break 'probe Level::Llc;
+                }
+            }
+            latency += h.dram.access(paddr, translation, write && enter == Level::Dram);
+            Level::Dram
+        };
+        let served_at = served as u8;
+        if served_at > Level::Llc as u8 && entry <= Level::Llc as u8 {
+            let slice = h.llc_slice(line);
+            if let Some(wb) = h.llc[slice].fill(line, translation, write && enter == Level::Llc) {
+                h.write_dram(wb);
+            }
+        }
+        if served_at > Level::L2 as u8 && entry <= Level::L2 as u8 {
+            if let Some(wb) = h.l2[core].fill(line, translation, write && enter == Level::L2) {
+                h.write_llc(wb);
+            }
+        }
+        if served_at > Level::L1 as u8 && entry == Level::L1 as u8 {
+            if let Some(wb) = h.l1[core].fill(line, translation, write) {
+                h.write_l2(core, wb);
+            }
+        }
+        (latency, served)
+    }
+
+    /// Each level looked up and filled in one step, its victim's write-back held until the
+    /// levels below are done, answers and leaves every count as the definition does: random
+    /// loads, stores and walker references entering at every level, from two cores, over a
+    /// footprint that keeps every level evicting (small caches, LRU and SRRIP, one LLC or a
+    /// slice per core).
+    #[test]
+    fn one_step_levels_equal_lookups_then_fills() {
+        let small = |size, ways, latency, policy| CacheConfig { size, ways, latency, policy };
+        for (llc_per_core, policy) in [(false, Replacement::Lru), (true, Replacement::Srrip)] {
+            let cfg = MemConfig {
+                l1d: small(2 << 10, 4, 4, Replacement::Lru),
+                l2: small(8 << 10, 8, 16, Replacement::Lru),
+                llc: small(32 << 10, 16, 35, policy),
+                llc_per_core,
+                ..MemConfig::default()
+            };
+            cfg.validate("mem").unwrap();
+            let (mut a, mut b) = (MemHierarchy::new(&cfg, 2, GHZ), MemHierarchy::new(&cfg, 2, GHZ));
+            let mut rng = crate::rng::Rng::new(11);
+            for step in 0..200_000 {
+                let core = rng.below(2) as usize;
+                let paddr = rng.below(3 << 10) << 6 | rng.below(64);
+                let (translation, write) = (rng.below(4) == 0, rng.below(3) == 0);
+                let enter = [Level::L1, Level::L1, Level::L2, Level::Llc, Level::Dram][rng.below(5) as usize];
+                let want = access_by_definition(&mut b, core, paddr, translation, write, enter);
+                assert_eq!(a.access(core, paddr, translation, write, enter), want, "step {step}");
+            }
+            assert_eq!(a.stats(), b.stats());
+            assert!(a.stats().llc.writebacks > 1000, "dirty victims reach the LLC: {:?}", a.stats().llc);
+        }
     }
 
     #[test]
