@@ -366,15 +366,14 @@ impl<T: Tag> Cache<T> {
     #[inline]
     pub fn writeback(&mut self, line: u64, translation: bool) -> Option<Writeback> {
         let set = self.set_of(line);
-        match self.tags.lookup(set, self.tag_of(line)) {
-            Some(way) => {
-                let slot = self.tags.byte_index(set, way);
-                self.note_mru(line, slot);
-                *self.tags.byte_mut(slot) |= DIRTY;
-                None
-            }
-            None => self.fill(line, translation, true),
+        let (way, hit, evicted) = self.tags.lookup_or_insert(set, self.tag_of(line));
+        let slot = self.tags.byte_index(set, way);
+        self.note_mru(line, slot);
+        if hit {
+            *self.tags.byte_mut(slot) |= DIRTY;
+            return None;
         }
+        self.filled(set, slot, evicted, translation, true)
     }
 
     /// Drops the flags and counts of a slot that is about to be invalidated.
