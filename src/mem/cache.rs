@@ -259,8 +259,8 @@ impl<T: Tag> Cache<T> {
     }
 
     /// The lookup half of [`Cache::access`]: counts a demand access, and on a hit updates replacement
-    /// state and sets dirty if `write`. Does not fill on a miss, so a hierarchy can look every level up
-    /// before filling (a victim's writeback must not disturb a level the same access still has to look in).
+    /// state and sets dirty if `write`. Does not fill on a miss: with [`Cache::fill`] it is the
+    /// definition `access` is tested against (`mem::tests::one_step_levels_equal_lookups_then_fills`).
     #[inline(always)]
     pub fn lookup(&mut self, line: u64, translation: bool, write: bool) -> bool {
         if self.rehit(line, translation, write) {
