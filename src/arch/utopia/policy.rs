@@ -96,7 +96,7 @@ impl FramePlacement<Utopia> for Utopia {
             let set = g.set_of(vpn);
             env.cost.hash(1);
             env.cost.read(g.ways as u64);
-            if let Some(way) = (0..g.ways).find(|&w| g.global.tag_at(set, w).is_none()) {
+            if let Some(way) = g.free_way(set) {
                 if migrating {
                     g.stats.migration_placements += 1;
                 } else {
@@ -112,13 +112,9 @@ impl FramePlacement<Utopia> for Utopia {
         }
         let g = &mut self.segs[i];
         let way = g.global.choose_way(set);
-        let t = g.global.tag_at(set, way).expect("a full set");
-        let victim = Evict {
-            asid: (t & 0xffff) as u16,
-            va: (t >> 16) << g.shift,
-            size: g.page,
-            to: if self.cfg.flexseg { EvictTo::Buddy } else { EvictTo::Swap },
-        };
+        let (victim_asid, victim_va) = g.page_at(set, way).expect("a full set");
+        let victim =
+            Evict { asid: victim_asid, va: victim_va, size: g.page, to: if self.cfg.flexseg { EvictTo::Buddy } else { EvictTo::Swap } };
         g.stats.evictions += 1;
         if migrating {
             g.stats.migration_placements += 1;
@@ -134,16 +130,14 @@ impl FramePlacement<Utopia> for Utopia {
     fn victim_hint(&self, s: &UtopiaSpace, va: u64, size: PageSize) -> Option<(u16, u64)> {
         let mut first = None;
         for (i, g) in self.segs.iter().enumerate().filter(|(_, g)| g.page == size) {
-            let vpn = va >> g.shift;
-            let set = g.set_of(vpn);
-            if Self::tar_slot(g, &s.segs[i], set, vpn).is_some() || (0..g.ways).any(|w| g.global.tag_at(set, w).is_none()) {
+            let set = g.set_of(va >> g.shift);
+            if self.slot_of(s, i, va >> g.shift).is_some() || g.free_way(set).is_some() {
                 return None;
             }
             first.get_or_insert((g, set));
         }
         let (g, set) = first?;
-        let t = g.global.tag_at(set, g.global.peek_way(set))?;
-        Some(((t & 0xffff) as u16, (t >> 16) << g.shift))
+        g.page_at(set, g.global.peek_way(set))
     }
 
     fn owns_frame(&self, pa: u64) -> bool {

@@ -51,6 +51,16 @@ impl RestSeg {
     pub(super) fn set_of(&self, vpn: u64) -> usize {
         self.hash.set(vpn, self.sets) as usize
     }
+
+    /// The lowest free way of `set` (the global TAR's), if any.
+    pub(super) fn free_way(&self, set: usize) -> Option<usize> {
+        (0..self.ways).find(|&w| self.global.tag_at(set, w).is_none())
+    }
+
+    /// The page in (`set`, `way`): its ASID and virtual base ([`gtag`] undone), if any.
+    pub(super) fn page_at(&self, set: usize, way: usize) -> Option<(u16, u64)> {
+        self.global.tag_at(set, way).map(|t| ((t & 0xffff) as u16, (t >> 16) << self.shift))
+    }
     #[inline(always)]
     pub(super) fn slot_pa(&self, slot: usize) -> u64 {
         self.base + slot as u64 * self.page.bytes()
