@@ -258,8 +258,10 @@ impl Tlbs {
         if let Some(t) = self.l1d[first].lookup(asid, va) {
             return Some(t);
         }
+        // The others are skipped while they hold nothing (the 2 MiB L1 D-TLB of a run without
+        // huge pages): a lookup there misses and changes nothing, but costs a call.
         for (i, tlb) in self.l1d.iter_mut().enumerate() {
-            if i != first {
+            if i != first && !tlb.is_empty() {
                 if let Some(t) = tlb.lookup(asid, va) {
                     self.last_l1d = i;
                     return Some(t);
@@ -381,5 +383,52 @@ mod tests {
         t.l1d[0].insert(1, 0x20_3000, Translation { pbase: 0x9000, size: PageSize::K4 });
         assert_eq!(t.l1d_lookup(1, 0x20_3000).map(|x| x.size), Some(PageSize::K4));
         assert!(t.other_l1d_covers(1, 0x20_3000));
+    }
+
+    /// `l1d_lookup` skips an L1 D-TLB holding nothing; its answers and the TLBs' contents stay
+    /// those of probing every L1 D-TLB in order, through phases in which the 2 MiB TLB is empty
+    /// (a run without huge pages), fills, and empties again by shootdown or flush.
+    #[test]
+    fn skipping_an_empty_l1d_tlb_answers_as_probing_it() {
+        let (mut fast, mut all) = (Tlbs::new(&MmuConfig::default()), Tlbs::new(&MmuConfig::default()));
+        let mut rng = crate::rng::Rng::new(5);
+        let mut skipped = 0;
+        for step in 0..40_000u64 {
+            let va = rng.below(1 << 26);
+            let huge_phase = (step / 5_000) % 2 == 1;
+            match rng.below(16) {
+                0 => {
+                    let (start, end) = (va, va + 1 + rng.below(1 << 22));
+                    fast.invalidate(1, start, end);
+                    all.invalidate(1, start, end);
+                }
+                1 if step % 1_000 == 0 => {
+                    fast.l1d[1].flush();
+                    all.l1d[1].flush();
+                }
+                _ => {
+                    skipped += u64::from(fast.l1d[fast.last_l1d ^ 1].is_empty());
+                    let got = fast.l1d_lookup(1, va);
+                    let want = all.l1d.iter_mut().find_map(|t| t.lookup(1, va));
+                    assert_eq!(got, want, "step {step}");
+                    // Fill on a miss, a 2 MiB page only in the huge phases and where no 4 KiB
+                    // entry of its range is held (shootdowns keep the two apart).
+                    let two_m = huge_phase && rng.below(4) == 0 && !all.l1d[0].covers(1, va);
+                    if got.is_none() && !(two_m && (0..512).any(|p| all.l1d[0].covers(1, (va & !0x1f_ffff) + p * 4096))) {
+                        let (i, size) = if two_m { (1, PageSize::M2) } else { (0, PageSize::K4) };
+                        let tr = Translation { pbase: va & !size.offset_mask(), size };
+                        fast.l1d[i].insert(1, va, tr);
+                        all.l1d[i].insert(1, va, tr);
+                    }
+                }
+            }
+        }
+        for i in 0..2 {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            fast.l1d[i].for_each_tag(|t| a.push(t));
+            all.l1d[i].for_each_tag(|t| b.push(t));
+            assert_eq!(a, b, "L1 D-TLB {i}");
+        }
+        assert!(skipped > 1_000, "the 2 MiB TLB was empty for a while ({skipped} lookups skipped it)");
     }
 }

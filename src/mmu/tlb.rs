@@ -117,6 +117,12 @@ impl Tlb {
         self.holds(size) || size.descriptor().is_some_and(|d| self.holds(d))
     }
 
+    /// Whether it holds no entry: a lookup would miss, changing nothing.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.held == [0; PageSize::COUNT]
+    }
+
     /// Looks `va` up in every size it holds.
     #[inline(always)]
     pub fn lookup(&mut self, asid: u16, va: u64) -> Option<Translation> {
@@ -355,6 +361,7 @@ mod tests {
             let mut counted = [0u32; PageSize::COUNT];
             tlb.for_each_tag(|t| counted[(t & 7) as usize] += 1);
             assert_eq!(tlb.held, counted, "step {step}");
+            assert_eq!(tlb.is_empty(), counted == [0; PageSize::COUNT], "step {step}");
         }
     }
 
