@@ -99,12 +99,14 @@ def test_run_equals_the_cli(tmp_path):
 
 def test_runs_release_the_gil():
     # While a run holds the GIL, this thread could not tick; released, it ticks every millisecond.
+    # The run must last long enough for ticks to tell the two apart: 3 M updates take about half
+    # a second here (300 000 once took 0.05 s, and then less as the simulator got faster).
     done = threading.Event()
     started = time.monotonic()
 
     def work():
         try:
-            xlate.run("radix4", "gups", config={**TINY, "workload.params.updates": 300_000})
+            xlate.run("radix4", "gups", config={**TINY, "workload.params.updates": 3_000_000})
         finally:
             done.set()
 
