@@ -274,9 +274,9 @@ mod tests {
         cfg
     }
 
-    /// An OS on the stand-in flat map (whose walk sets accessed bits) with one process and a VMA of `regions` 2 MiB regions,
-    /// faulted 4 KiB page by page (`faults[r]` pages at the start of region r) and then advised
-    /// MADV_HUGEPAGE; returns it with the VMA's base.
+    /// An OS on the stand-in flat map (whose walk sets accessed bits) with one process and a VMA
+    /// of `regions` 2 MiB regions, faulted 4 KiB page by page (`faults[r]` pages at the start of
+    /// region r) and then advised MADV_HUGEPAGE; returns it with the VMA's base.
     fn setup(cfg: &OsConfig, faults: &[u64]) -> (Os<Flat>, u16, u64) {
         let mut os = Os::boot(Flat::with_side(None), cfg, 1).unwrap();
         let a = os.spawn(false).unwrap();

@@ -83,11 +83,11 @@ impl Tdb for Flat {
         Ok(())
     }
     fn remove(&mut self, s: &mut FlatSpace, va: u64, size: PageSize, _: &mut TdbEnv) -> Option<TObj> {
-        let o = s.get(va).filter(|o| o.size == size)?;
+        // From the map of `size` itself: a 2 MiB page over `va` does not hide its 4 KiB one.
         let (map, key) = s.map_of(size, va)?;
-        map.remove(&key);
-        s.accessed.remove(&o.va);
-        Some(o)
+        let pa = map.remove(&key)?;
+        let base = size.align_down(va);
+        Some(TObj { accessed: s.accessed.remove(&base), ..TObj::new(base, pa, size, 3) })
     }
     fn table_bytes(&self, _: &FlatSpace) -> u64 {
         0
