@@ -59,10 +59,18 @@ impl<D: Driver> Os<D> {
     /// Asks the driver where a page of `size` at `va` goes ([`crate::tapi::FramePlacement::place`]), charged to
     /// allocation without a call unless the driver does work.
     pub(super) fn placement(&mut self, asid: u16, va: u64, size: PageSize, flags: MapFlags) -> Placement {
+        self.placement_for(MigrationRequest { asid, va, size }, flags, false)
+    }
+
+    /// [`Os::placement`] of the page `r`, asking [`crate::tapi::FramePlacement::place_migrating`]
+    /// if `migrating` (a move the driver asked for).
+    fn placement_for(&mut self, r: MigrationRequest, flags: MapFlags, migrating: bool) -> Placement {
         let prev = self.cost.charge_to(Func::Alloc);
-        let p = &mut self.procs[asid as usize];
+        let p = &mut self.procs[r.asid as usize];
+        let env = &mut TdbEnv { phys: &mut self.phys, cost: &mut self.cost };
         let r = match self.driver.placement() {
-            Some(d) => d.place(&mut p.space, asid, va, size, flags, &mut TdbEnv { phys: &mut self.phys, cost: &mut self.cost }),
+            Some(d) if migrating => d.place_migrating(&mut p.space, r, flags, env),
+            Some(d) => d.place(&mut p.space, r.asid, r.va, r.size, flags, env),
             None => Placement::Buddy,
         };
         self.cost.leave(prev);
@@ -321,7 +329,7 @@ impl<D: Driver> Os<D> {
                 continue;
             }
             let flags = self.vma(r.asid, r.va).map(|v| v.flags).unwrap_or_default();
-            if let Placement::Frame { pa: to, evict } = self.placement(r.asid, r.va, size, flags) {
+            if let Placement::Frame { pa: to, evict } = self.placement_for(r, flags, true) {
                 if to == pa {
                     continue;
                 }

@@ -81,6 +81,14 @@ pub trait FramePlacement<D: Driver> {
     /// promotion) or is moving because a [`MigrationPolicy`] asked. Work is charged to allocation.
     fn place(&mut self, s: &mut D::Space, asid: u16, va: u64, size: PageSize, flags: MapFlags, env: &mut TdbEnv) -> Placement;
 
+    /// [`FramePlacement::place`] for the page `r` that a [`MigrationPolicy`] asked to move
+    /// ([`MigrationPolicy::take_migrations`]): the OS says which of the two it asks, so a design
+    /// that places migrations differently from faults (Utopia) needs no record of its requests.
+    /// Default: `place`.
+    fn place_migrating(&mut self, s: &mut D::Space, r: MigrationRequest, flags: MapFlags, env: &mut TdbEnv) -> Placement {
+        self.place(s, r.asid, r.va, r.size, flags, env)
+    }
+
     /// The page ((ASID, virtual base) of a mapped page) that [`FramePlacement::place`] would
     /// move out if asked now to place a page of `size` at `va`, or `None`; changes nothing. A
     /// host-side hint: the OS prefetches that page's entries a few page moves ahead
@@ -113,7 +121,8 @@ pub trait MigrationPolicy<D: Driver> {
     fn walk_observed(&mut self, space: &mut D::Space, asid: u16, va: u64, t: Option<Translation>, dram_refs: u32);
 
     /// Pages the policy wants the OS to place again; the OS asks at every epoch and moves each to
-    /// the frame [`FramePlacement::place`] then chooses.
+    /// the frame [`FramePlacement::place_migrating`] then chooses (skipping a page unmapped or
+    /// resized since).
     fn take_migrations(&mut self) -> Vec<MigrationRequest>;
 }
 

@@ -94,10 +94,10 @@ pub struct Utopia {
     segs: Vec<RestSeg>,
     spaces: Vec<Option<SpaceInfo>>,
     sizes: Vec<PageSize>,
-    /// PTW-tracking candidates not yet handed to the OS, and those handed over this epoch.
+    /// PTW-tracking candidates not yet handed to the OS, and the set of their pages (one request
+    /// per page per epoch).
     pending: Vec<MigrationRequest>,
     queued: IntMap<()>,
-    in_flight: IntMap<()>,
     rsw: u64,
     rsw_hits: u64,
     ulb_lookups: u64,
@@ -136,7 +136,6 @@ impl Utopia {
             sizes,
             pending: Vec::new(),
             queued: IntMap::default(),
-            in_flight: IntMap::default(),
             rsw: 0,
             rsw_hits: 0,
             ulb_lookups: 0,

@@ -68,7 +68,41 @@ impl FramePlacement<Utopia> for Utopia {
     }
 
     fn place(&mut self, s: &mut UtopiaSpace, asid: u16, va: u64, size: PageSize, flags: MapFlags, env: &mut TdbEnv) -> Placement {
-        let migrating = self.in_flight.remove(&page_key(asid, va)).is_some();
+        self.place_page(s, MigrationRequest { asid, va, size }, flags, false, env)
+    }
+
+    /// A PTW-tracking migration evicts from a full RestSeg set even where faults do not
+    /// (`fault_alloc` off or `free`): the page earned its RestSeg place (§5.3).
+    fn place_migrating(&mut self, s: &mut UtopiaSpace, r: MigrationRequest, flags: MapFlags, env: &mut TdbEnv) -> Placement {
+        self.place_page(s, r, flags, true, env)
+    }
+
+    /// The victim `place` would choose for a page moving into a RestSeg: none if the page is
+    /// there already or a set of its size has a free way, else the first such RestSeg's SRRIP
+    /// victim as it stands ([`SetAssoc::peek_way`]).
+    fn victim_hint(&self, s: &UtopiaSpace, va: u64, size: PageSize) -> Option<(u16, u64)> {
+        let mut first = None;
+        for (i, g) in self.segs.iter().enumerate().filter(|(_, g)| g.page == size) {
+            let set = g.set_of(va >> g.shift);
+            if self.slot_of(s, i, va >> g.shift).is_some() || g.free_way(set).is_some() {
+                return None;
+            }
+            first.get_or_insert((g, set));
+        }
+        let (g, set) = first?;
+        g.page_at(set, g.global.peek_way(set))
+    }
+
+    fn owns_frame(&self, pa: u64) -> bool {
+        self.segs.iter().any(|g| g.contains(pa))
+    }
+}
+
+impl Utopia {
+    /// [`FramePlacement::place`] of the page `r`, or [`FramePlacement::place_migrating`] if
+    /// `migrating`.
+    fn place_page(&mut self, s: &mut UtopiaSpace, r: MigrationRequest, flags: MapFlags, migrating: bool, env: &mut TdbEnv) -> Placement {
+        let (va, size) = (r.va, r.size);
         // Already in a RestSeg (a stale migration request): it stays where it is.
         for (i, g) in self.segs.iter().enumerate() {
             if g.page == size {
@@ -123,26 +157,6 @@ impl FramePlacement<Utopia> for Utopia {
         }
         Placement::Frame { pa: g.slot_pa(set * g.ways + way), evict: Some(victim) }
     }
-
-    /// The victim `place` would choose for a page moving into a RestSeg: none if the page is
-    /// there already or a set of its size has a free way, else the first such RestSeg's SRRIP
-    /// victim as it stands ([`SetAssoc::peek_way`]).
-    fn victim_hint(&self, s: &UtopiaSpace, va: u64, size: PageSize) -> Option<(u16, u64)> {
-        let mut first = None;
-        for (i, g) in self.segs.iter().enumerate().filter(|(_, g)| g.page == size) {
-            let set = g.set_of(va >> g.shift);
-            if self.slot_of(s, i, va >> g.shift).is_some() || g.free_way(set).is_some() {
-                return None;
-            }
-            first.get_or_insert((g, set));
-        }
-        let (g, set) = first?;
-        g.page_at(set, g.global.peek_way(set))
-    }
-
-    fn owns_frame(&self, pa: u64) -> bool {
-        self.segs.iter().any(|g| g.contains(pa))
-    }
 }
 
 /// Where a FlexSeg PTE keeps the page's PTW counters (§5.5: its unused bits): walks in bits
@@ -184,11 +198,7 @@ impl MigrationPolicy<Utopia> for Utopia {
     }
 
     fn take_migrations(&mut self) -> Vec<MigrationRequest> {
-        self.in_flight.clear();
         self.queued.clear();
-        for r in &self.pending {
-            self.in_flight.insert(page_key(r.asid, r.va), ());
-        }
         std::mem::take(&mut self.pending)
     }
 }

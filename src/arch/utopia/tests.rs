@@ -402,14 +402,13 @@ fn range_queries_match_a_scan_of_the_tar() {
     }
 }
 
-/// A FlexSeg page's PTW counters are bits of its PTE (§5.5): a walk counts in them, an update of
-/// the page's mapping keeps them, a new page starts at zero, and a page over both thresholds is
-/// queued once with its counters cleared.
-#[test]
-fn ptw_counters_live_in_the_flexseg_pte() {
+/// An OS whose Utopia places pages in a RestSeg (1 MiB of 4 KiB pages, 4 ways) only by
+/// PTW-tracking migration with the given thresholds, with one process, its 4 MiB VMA's base, and
+/// that page faulted in (to the FlexSeg).
+fn migration_only_os(min_walks: u32, min_dram_refs: u32) -> (Os<Utopia>, u16, u64) {
     let cfg = UtopiaConfig {
         fault_alloc: FaultAlloc::Off,
-        migrate: MigrateConfig { enabled: true, min_walks: 3, min_dram_refs: 2 },
+        migrate: MigrateConfig { enabled: true, min_walks, min_dram_refs },
         restsegs: vec![seg(1 << 20, PageSize::K4, 4)],
         ..UtopiaConfig::default()
     };
@@ -417,6 +416,15 @@ fn ptw_counters_live_in_the_flexseg_pte() {
     let a = os.spawn(false).unwrap();
     let base = os.mmap(a, 4 << 20, MapFlags::default()).unwrap();
     os.fault(a, base).unwrap();
+    (os, a, base)
+}
+
+/// A FlexSeg page's PTW counters are bits of its PTE (§5.5): a walk counts in them, an update of
+/// the page's mapping keeps them, a new page starts at zero, and a page over both thresholds is
+/// queued once with its counters cleared.
+#[test]
+fn ptw_counters_live_in_the_flexseg_pte() {
+    let (mut os, a, base) = migration_only_os(3, 2);
     os.fault(a, base + 4096).unwrap();
     let t = os.truth(a, base).unwrap();
     assert!(!os.driver.owns_frame(t.pbase), "a FlexSeg page");
@@ -451,4 +459,35 @@ fn ptw_counters_live_in_the_flexseg_pte() {
     let reqs = os.driver.take_migrations();
     assert_eq!(reqs.len(), 1);
     assert_eq!((reqs[0].va, reqs[0].size), (base, PageSize::K4));
+}
+
+/// A fault is placed as a fault and a requested move as a migration, whatever requests are
+/// outstanding: the OS says which it asks for. With `fault_alloc` off, a fault goes to the
+/// FlexSeg while a move evicts from a full RestSeg set. (Utopia once learned "migrating" from a
+/// record of the requests handed to the OS, so a request the OS skipped, its page unmapped
+/// meanwhile, made a later fault of that page in the same epoch a migration.)
+#[test]
+fn a_fault_of_a_page_with_a_skipped_request_is_placed_as_a_fault() {
+    let (mut os, a, base) = migration_only_os(1, 0);
+    let t = os.truth(a, base).unwrap();
+    assert!(!os.driver.owns_frame(t.pbase), "fault_alloc off: a FlexSeg page");
+    let p = &mut os.procs[a as usize];
+    os.driver.walk_observed(&mut p.space, a, base, Some(t), 0);
+    let reqs = os.driver.take_migrations();
+    assert_eq!(reqs, vec![MigrationRequest { asid: a, va: base, size: PageSize::K4 }]);
+    // The OS skips the request (say the page was unmapped) and later places the page anew.
+    let mut phys = PhysMem::new(64 << 20, 9);
+    let mut cost = OsCost::default();
+    let env = &mut TdbEnv { phys: &mut phys, cost: &mut cost };
+    let fl = MapFlags::default();
+    assert_eq!(os.driver.place(&mut p.space, a, base, PageSize::K4, fl, env), Placement::Buddy, "a fault");
+    match os.driver.place_migrating(&mut p.space, reqs[0], fl, env) {
+        Placement::Frame { pa, evict: None } => assert!(os.driver.owns_frame(pa)),
+        other => panic!("a requested move goes to a free RestSeg way, not {other:?}"),
+    }
+    // Through the OS: the request moves the page into the RestSeg at the next epoch.
+    os.driver.walk_observed(&mut p.space, a, base, Some(t), 0);
+    os.tick(0.0).unwrap();
+    assert!(os.driver.owns_frame(os.truth(a, base).unwrap().pbase), "moved at the epoch");
+    assert_eq!(os.stats.migrations, 1);
 }
