@@ -151,6 +151,38 @@ mod sse2 {
         }
     }
 
+    /// A fill of a full LRU set of `A` (4 or 8) plus `B` (4 or 8, if `hi`) ways: if a rank is
+    /// `last` (= ways - 1: the least recently used way; only a full set holds that rank), every
+    /// rank goes up by one and that way's becomes 0 (most recent), and its way is returned; else
+    /// nothing changes. The same state as `max_way` then `age_below` would leave, in one compare
+    /// per half instead of the maximum's shuffles.
+    #[inline(always)]
+    pub(super) fn rotate_full<const A: usize, const B: usize>(lo: &mut [u16; A], hi: Option<&mut [u16; B]>, last: u16) -> Option<usize> {
+        // SAFETY: SSE2 register operations, baseline on x86_64 (the loads and stores are
+        // `load`'s and `store`'s). Checked against `max_way` and `age_below` by
+        // `mem::assoc::tests::full_set_rotation_equals_victim_then_promote`.
+        unsafe {
+            let l = _mm_set1_epi16(last as i16);
+            let one = _mm_set1_epi16(1);
+            let a = load(lo);
+            let ea = _mm_cmpeq_epi16(a, l);
+            let mut mask = _mm_movemask_epi8(ea) as u32 & ((1 << (2 * A)) - 1);
+            let b = hi.as_deref().map(load);
+            let eb = b.map(|b| _mm_cmpeq_epi16(b, l));
+            if let Some(eb) = eb {
+                mask |= (_mm_movemask_epi8(eb) as u32 & ((1 << (2 * B)) - 1)) << (2 * A);
+            }
+            if mask == 0 {
+                return None;
+            }
+            store(lo, _mm_andnot_si128(ea, _mm_add_epi16(a, one)));
+            if let (Some(h), Some(b), Some(eb)) = (hi, b, eb) {
+                store(h, _mm_andnot_si128(eb, _mm_add_epi16(b, one)));
+            }
+            Some(mask.trailing_zeros() as usize / 2)
+        }
+    }
+
     #[inline(always)]
     pub(super) fn mask_u32(tags: &[u32], tag: u32) -> u64 {
         // SAFETY (both blocks): SSE2 register operations, baseline on x86_64.
@@ -289,6 +321,31 @@ fn age_below(meta: &mut [u16], r: u16) {
 #[inline(always)]
 fn age_below_scalar(meta: &mut [u16], r: u16) {
     meta.iter_mut().for_each(|m| *m += u16::from(*m < r));
+}
+
+/// [`sse2::rotate_full`] for the widths it serves (4, 8, 12 and 16 ways); `None` (nothing done)
+/// for other widths and targets, whose callers take the general path.
+#[inline(always)]
+fn rotate_full(meta: &mut [u16]) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let last = meta.len() as u16 - 1;
+        match meta.len() {
+            16 | 12 => {
+                let (lo, hi) = meta.split_at_mut(8);
+                let lo: &mut [u16; 8] = lo.try_into().expect("8 ways");
+                return match hi.len() {
+                    8 => sse2::rotate_full::<8, 8>(lo, Some(hi.try_into().expect("8 ways")), last),
+                    _ => sse2::rotate_full::<8, 4>(lo, Some(hi.try_into().expect("4 ways")), last),
+                };
+            }
+            8 => return sse2::rotate_full::<8, 8>(meta.try_into().expect("8 ways"), None, last),
+            4 => return sse2::rotate_full::<4, 4>(meta.try_into().expect("4 ways"), None, last),
+            _ => {}
+        }
+    }
+    let _ = meta;
+    None
 }
 
 /// The compiled form of a store's hot operations ([`SetAssoc::lookup`], [`SetAssoc::insert`],
@@ -705,8 +762,8 @@ impl<T: Tag> SetAssoc<T> {
             Self::hit_state(policy, meta, way);
             return (way, true, None);
         }
-        let way = Self::victim_in(policy, meta);
-        (way, false, Self::fill_way(policy, tags, meta, way, tag))
+        let (way, evicted) = Self::fill_in(policy, (tags, meta), tag);
+        (way, false, evicted)
     }
 
     /// Like [`SetAssoc::lookup`] but changes nothing: for checks, invalidations and side lookups that
@@ -742,8 +799,20 @@ impl<T: Tag> SetAssoc<T> {
     /// on one cut of the set.
     #[inline(always)]
     fn insert_w<const W: usize, const SRRIP: bool>(&mut self, set: usize, tag: T) -> (usize, Option<T>) {
-        let policy = policy_of::<SRRIP>();
-        let (tags, meta) = self.set_parts_w::<W>(set);
+        Self::fill_in(policy_of::<SRRIP>(), self.set_parts_w::<W>(set), tag)
+    }
+
+    /// Fills `tag` into a set (`tags`, `meta`) that does not hold it, as [`SetAssoc::insert`]:
+    /// the way and the tag it evicted. A full LRU set takes [`rotate_full`]'s shortcut (its
+    /// victim is the way of the last rank, and every other way ages by one).
+    #[inline(always)]
+    fn fill_in(policy: Replacement, (tags, meta): (&mut [T], &mut [u16]), tag: T) -> (usize, Option<T>) {
+        if policy == Replacement::Lru {
+            if let Some(way) = rotate_full(meta) {
+                let old = std::mem::replace(&mut tags[way], tag);
+                return (way, (old != T::INVALID).then_some(old));
+            }
+        }
         let way = Self::victim_in(policy, meta);
         (way, Self::fill_way(policy, tags, meta, way, tag))
     }
@@ -1047,6 +1116,40 @@ mod tests {
                 _ => rng.next_u64() as u16,
             })
             .collect()
+    }
+
+    /// A fill of a full LRU set by rotation ([`rotate_full`]) leaves the ranks that the victim
+    /// search then the promotion leave, and names the same way; a set with an invalid way is left
+    /// alone for the general path. Every LRU state of 4, 8, 12 and 16 ways can arise: any subset
+    /// of valid ways, their ranks any order.
+    #[test]
+    fn full_set_rotation_equals_victim_then_promote() {
+        let mut rng = crate::rng::Rng::new(13);
+        let mut full = 0;
+        for ways in [4usize, 8, 12, 16] {
+            for _ in 0..20_000 {
+                let valid: Vec<bool> = (0..ways).map(|_| rng.below(4) != 0).collect();
+                let mut ranks: Vec<u16> = (0..valid.iter().filter(|&&v| v).count() as u16).collect();
+                for i in (1..ranks.len()).rev() {
+                    ranks.swap(i, rng.below(i as u64 + 1) as usize);
+                }
+                let mut next = ranks.into_iter();
+                let meta: Vec<u16> =
+                    (0..ways).map(|w| if valid[w] { next.next().unwrap() } else { INVALID_RANK + (ways - 1 - w) as u16 }).collect();
+                let mut rotated = meta.clone();
+                let got = rotate_full(&mut rotated);
+                if valid.iter().all(|&v| v) {
+                    full += 1;
+                    let mut want = meta.clone();
+                    let (_, way) = max_way_scalar(&want);
+                    SetAssoc::<u64>::promote(&mut want, way);
+                    assert_eq!((got, &rotated), (Some(way), &want), "{meta:?}");
+                } else {
+                    assert_eq!((got, &rotated), (None, &meta), "{meta:?}");
+                }
+            }
+        }
+        assert!(full > 1000, "too few full sets drawn ({full})");
     }
 
     /// The SSE2 victim search names the same state and way as the scalar one, for 4, 8, 12 and 16 ways
