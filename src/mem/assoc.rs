@@ -185,9 +185,29 @@ mod sse2 {
 
     #[inline(always)]
     pub(super) fn mask_u32(tags: &[u32], tag: u32) -> u64 {
+        if let Ok(q) = <&[u32; 16]>::try_from(tags) {
+            return mask_u32x16(q, tag);
+        }
         // SAFETY (both blocks): SSE2 register operations, baseline on x86_64.
         let t = unsafe { _mm_set1_epi32(tag as i32) };
         by_chunks(tags, tag, 4, |v| unsafe { _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(v, t))) as u64 })
+    }
+
+    /// [`mask_u32`] of 16 tags (the 16-way caches): the four compares' lanes (all ones where
+    /// equal) narrowed by two saturating packs to one byte per tag, in order, so one movemask
+    /// gives the whole mask (instead of a movemask, shift and or per 4 tags).
+    #[inline(always)]
+    fn mask_u32x16(tags: &[u32; 16], tag: u32) -> u64 {
+        // SAFETY: SSE2 is baseline on x86_64; each load reads 16 of the 64 bytes of `tags`.
+        // Checked against the scalar version by `mem::assoc::tests::vector_match_equals_scalar`.
+        unsafe {
+            let t = _mm_set1_epi32(tag as i32);
+            let p = tags.as_ptr().cast::<__m128i>();
+            let eq = |i: usize| _mm_cmpeq_epi32(_mm_loadu_si128(p.add(i)), t);
+            let lo = _mm_packs_epi32(eq(0), eq(1));
+            let hi = _mm_packs_epi32(eq(2), eq(3));
+            _mm_movemask_epi8(_mm_packs_epi16(lo, hi)) as u32 as u64
+        }
     }
 
     #[inline(always)]
