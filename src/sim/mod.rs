@@ -543,7 +543,7 @@ fn access_loop<D: Driver, M: Mode>(
                 let a = st.buf[st.pos];
                 st.pos += 1;
                 if prefetch {
-                    prefetch_ahead::<D, M>(eng, c, st, &a);
+                    prefetch_ahead::<D, M>(eng, c, st);
                 }
                 step::<D, Additive, M>(eng, &mut cores[c], c, &a)?;
                 if !eng.os.pending.is_empty() {
@@ -564,8 +564,7 @@ fn access_loop<D: Driver, M: Mode>(
                         st.pos += k;
                         ran += k;
                         if prefetch {
-                            let last = st.buf[st.pos - 1];
-                            prefetch_ahead::<D, M>(eng, c, st, &last);
+                            prefetch_ahead::<D, M>(eng, c, st);
                         }
                     }
                     if quantum_over {
@@ -744,18 +743,28 @@ fn beyond_user_space(src: &Source, thread: usize, index: u64, vaddr: u64, limit:
     }
 }
 
-/// The host prefetch of the access loop, for access `a` of `st` just taken (the next is at
-/// `st.pos`): two accesses ahead, where the page changes, it starts the host loads that access's
-/// walk (with a perfect TLB, its ground-truth lookup) will make, and one access ahead the second
-/// stage. A hint: no simulated effect (docs/performance.md, "Host prefetch"); the loop calls it in
-/// the chunks the tuner runs it in.
+/// How many accesses past the next one [`prefetch_ahead`] starts a walk's host loads; its second
+/// stage runs at half that distance. Four: GUPS issues a load and a store per update, so the walk's
+/// first stage runs two updates ahead and its second one ahead, which gives the second stage's
+/// loads (ECPT's candidate lines, the nested walk's host entries, the ground truth's bucket) a
+/// whole update to arrive (docs/performance.md, "Prefetch distance").
+const PREFETCH_AHEAD: usize = 4;
+
+/// The host prefetch of the access loop, called with the next access at `st.pos`: where the page
+/// changes, [`PREFETCH_AHEAD`] accesses ahead it starts the host loads that access's walk (with a
+/// perfect TLB, its ground-truth lookup) will make, and half as far ahead the second stage. A
+/// hint: no simulated effect (docs/performance.md, "Host prefetch"); the loop calls it in the
+/// chunks the tuner runs it in.
 #[inline(always)]
-fn prefetch_ahead<D: Driver, M: Mode>(eng: &Engine<D, Additive>, c: usize, st: &Stream, a: &Access) {
-    if st.pos + 1 < st.len && (st.buf[st.pos].vaddr ^ st.buf[st.pos + 1].vaddr) >> 12 != 0 {
-        prefetch_walk::<D, Additive, M>(eng, c, &st.buf[st.pos + 1]);
+fn prefetch_ahead<D: Driver, M: Mode>(eng: &Engine<D, Additive>, c: usize, st: &Stream) {
+    let page_changes_at = |i: usize| i < st.len && (st.buf[i - 1].vaddr ^ st.buf[i].vaddr) >> 12 != 0;
+    let first = st.pos + PREFETCH_AHEAD;
+    if page_changes_at(first) {
+        prefetch_walk::<D, Additive, M>(eng, c, &st.buf[first]);
     }
-    if (D::PREFETCHES_FRAME || D::PREFETCHES_LATE) && st.pos < st.len && (st.buf[st.pos].vaddr ^ a.vaddr) >> 12 != 0 {
-        prefetch_second(eng, c, &st.buf[st.pos]);
+    let second = st.pos + PREFETCH_AHEAD / 2;
+    if (D::PREFETCHES_FRAME || D::PREFETCHES_LATE) && page_changes_at(second) {
+        prefetch_second(eng, c, &st.buf[second]);
     }
 }
 
@@ -856,8 +865,8 @@ fn prefetch_walk<D: Driver, T: TimingModel, M: Mode>(eng: &Engine<D, T>, c: usiz
     }
 }
 
-/// The second stage of the host prefetch for access `a`, one access ahead: what the entries
-/// [`prefetch_walk`] brought in an access earlier name ([`Driver::prefetch_late`]), and for
+/// The second stage of the host prefetch for access `a`, half as far ahead as the first: what
+/// the entries [`prefetch_walk`] brought in earlier name ([`Driver::prefetch_late`]), and for
 /// drivers whose walk goes on from the translated frame ([`Driver::prefetch_frame`]) that part of
 /// the walk; the frame comes from the ground truth, whose bucket `prefetch_walk` brought in too.
 #[inline(always)]

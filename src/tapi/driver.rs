@@ -92,8 +92,9 @@ pub trait Driver: Tdb + Sized + 'static {
     /// access's frame up in the ground truth. Default: false, which costs the loop nothing.
     const PREFETCHES_FRAME: bool = false;
 
-    /// The second stage of the host prefetch, one access ahead (the first, [`Driver::prefetch`],
-    /// ran an access earlier and brought the walk's entries into the host's cache): `pa` is the
+    /// The second stage of the host prefetch, run a few accesses ahead (the first,
+    /// [`Driver::prefetch`], ran about as many accesses earlier and brought the walk's entries
+    /// into the host's cache; the distances are `sim::PREFETCH_AHEAD`'s): `pa` is the
     /// physical address the OS mapped the access to, for a driver whose walk goes on from there
     /// (a nested driver's host walk of the guest frame). Prefetches what that part of the walk
     /// reads and returns the simulated address of its last entry, as `prefetch` does. Must change
@@ -107,8 +108,9 @@ pub trait Driver: Tdb + Sized + 'static {
     /// ([`Driver::prefetch_late`]). Default: false, which costs the loop nothing.
     const PREFETCHES_LATE: bool = false;
 
-    /// A second stage of the host prefetch, one access ahead, for a walk whose entries name
-    /// further host memory: [`Driver::prefetch`] brought those entries in an access earlier, so
+    /// A second stage of the host prefetch (a few accesses ahead, as [`Driver::prefetch_frame`]),
+    /// for a walk whose entries name further host memory: [`Driver::prefetch`] brought those
+    /// entries in earlier, so
     /// reading them now does not wait, and what they name can be prefetched (ECPT: the lines its
     /// slots point to). Must change no simulated state and no counter. Default: nothing.
     #[inline(always)]

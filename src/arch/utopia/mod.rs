@@ -604,7 +604,7 @@ impl Driver for Utopia {
         }
     }
 
-    /// Host prefetch one access ahead: the FlexSeg walk's entry (radix's prefetch), which also
+    /// Host prefetch a few accesses ahead: the FlexSeg walk's entry (radix's prefetch), which also
     /// holds the PTW counters the walk updates and names the cache sets to bring in. (Prefetching each RestSeg's SF counter and TAR row as
     /// well measured slower on bfs and no faster on GUPS: those arrays mostly sit in the host's
     /// L2 already.)
