@@ -369,13 +369,15 @@ fn prefetch_names_a_slot_the_walk_probes() {
     }
     // The second stage names the line holding each mapped page's entry, and none for a page
     // nothing maps.
+    // and the index of the entry the walk reads there.
     for (va, size) in [(0x4020_3010u64, PageSize::K4), (0x1_8060_0000, PageSize::M2)] {
-        let mut tags = Vec::new();
-        Ecpt::candidate_lines(&s, va, |l| tags.push(l.tag));
-        assert!(tags.contains(&((va >> size.shift()) >> 3)), "{va:#x}: {tags:?}");
+        let mut found = Vec::new();
+        Ecpt::candidate_lines(&s, va, |l, j| found.push((l.tag, j)));
+        let vpn = va >> size.shift();
+        assert!(found.contains(&(vpn >> 3, (vpn & 7) as usize)), "{va:#x}: {found:?}");
     }
     let mut n = 0;
-    Ecpt::candidate_lines(&s, 0x7000_0000, |_| n += 1);
+    Ecpt::candidate_lines(&s, 0x7000_0000, |_, _| n += 1);
     assert_eq!(n, 0);
 }
 
