@@ -27,7 +27,7 @@
 use super::{ArchConfig, Design, Registered};
 use crate::addr::PageSize;
 use crate::error::{Error, Result};
-use crate::os::truth::IntMap;
+use crate::os::truth::{IntMap, VpnTable};
 use crate::rng::mix64;
 use crate::tapi::{
     Driver, Event, FramePlacement, Frames, MapFlags, MemorySide, MemoryTranslation, Placement, TObj, Tdb, TdbEnv, Translation, WalkPlan,
@@ -114,6 +114,19 @@ fn key(asid: u16, va: u64, size: PageSize) -> u64 {
     ((va >> size.shift()) << 19) | ((asid as u64) << 3) | size.index() as u64
 }
 
+/// The key of [`Sparta::index`] for an entry's [`key`]: the page number in the low bits (at
+/// most 45 of them), then the ASID and the size, so that consecutive pages of one address space
+/// are consecutive keys, which [`VpnTable`] hashes into one host line. Never `u64::MAX`: the
+/// size index is below 7.
+#[inline(always)]
+fn index_key(k: u64) -> u64 {
+    (k >> 19) | ((k >> 3) & 0xffff) << 45 | (k & 7) << 61
+}
+
+/// Buckets an entry may lie past its home and still be in [`Sparta::index`] (the distance takes
+/// the low 12 bits of the indexed value, below the entry's 4 KiB-aligned frame).
+const INDEX_MAX_DISTANCE: u64 = 1 << 12;
+
 /// A partition's table: where it lives and its bucket count.
 #[derive(Clone, Debug)]
 struct Table {
@@ -142,6 +155,14 @@ pub struct Sparta {
     tables: Vec<Table>,
     /// Occupied buckets, by global index `partition × buckets + bucket`.
     occupied: IntMap<Bucket>,
+    /// Host-side index for the walk: every entry's frame and how many buckets past its home it
+    /// lies, by [`index_key`] (entries further than [`INDEX_MAX_DISTANCE`] are left out). A walk
+    /// that finds its entry here reads one host line, which the access loop prefetches
+    /// ([`Driver::prefetch`]), instead of chasing the bucket map and the bucket's entries
+    /// through host memory: it ends where [`Sparta::locate`] would, since an entry never moves
+    /// and the buckets between its home and it stay marked as overflowed (checked against
+    /// `locate` in debug builds and by `index_answers_as_the_bucket_scan`).
+    index: VpnTable,
     /// Counters.
     walks: u64,
     walk_refs: u64,
@@ -164,6 +185,7 @@ impl Sparta {
             chunk_bytes: 0,
             tables: Vec::new(),
             occupied: IntMap::default(),
+            index: VpnTable::default(),
             walks: 0,
             walk_refs: 0,
             overflow_probes: 0,
@@ -235,6 +257,34 @@ impl Sparta {
         }
     }
 
+    /// What [`Sparta::locate`] tells a walk, from [`Sparta::index`] when the entry is there:
+    /// the entry's frame if found, and the buckets probed.
+    #[inline]
+    fn locate_frame(&self, asid: u16, va: u64, size: PageSize) -> (Option<u64>, u32) {
+        let k = key(asid, size.align_down(va), size);
+        let fast = self.index.get(index_key(k)).map(|v| (Some(v & !(INDEX_MAX_DISTANCE - 1)), (v & (INDEX_MAX_DISTANCE - 1)) as u32 + 1));
+        let slow = || {
+            let (hit, probes) = self.locate(asid, va, size);
+            (hit.map(|(g, i)| self.occupied[&g].entries[i].pa), probes)
+        };
+        debug_assert!(fast.is_none() || fast == Some(slow()), "SPARTA's index disagrees with its buckets at {va:#x}");
+        fast.unwrap_or_else(slow)
+    }
+
+    /// Records `entry`, `distance` buckets past its home, in [`Sparta::index`] (or leaves it out
+    /// if that is too far).
+    fn index_entry(&mut self, entry: &Entry, distance: u64) {
+        if distance < INDEX_MAX_DISTANCE {
+            debug_assert_eq!(entry.pa % INDEX_MAX_DISTANCE, 0, "a frame is 4 KiB-aligned");
+            self.index.insert(index_key(entry.key), entry.pa | distance);
+        }
+    }
+
+    /// How many buckets past `asid`'s home for `(va, size)` global bucket `g` is.
+    fn distance(&self, asid: u16, va: u64, size: PageSize, g: u64) -> u64 {
+        (g % self.buckets + self.buckets - self.home(asid, va, size)) % self.buckets
+    }
+
     fn obj(e: &Entry, va: u64, size: PageSize) -> TObj {
         TObj { va: size.align_down(va), pa: e.pa, size, prot: e.prot, accessed: e.accessed, dirty: e.dirty }
     }
@@ -267,6 +317,7 @@ impl Tdb for Sparta {
         for (g, k) in dead {
             let b = self.occupied.get_mut(&g).expect("collected above");
             b.entries.retain(|e| e.key != k);
+            self.index.remove(index_key(k));
             env.cost.add(Event::Write, 1);
             self.entries -= 1;
         }
@@ -306,15 +357,18 @@ impl Tdb for Sparta {
         env.cost.add(Event::Write, 1);
         if let Some((g, i)) = hit {
             self.occupied.get_mut(&g).expect("located").entries[i] = entry;
+            let d = self.distance(s.asid, o.va, o.size, g);
+            self.index_entry(&entry, d);
             return Ok(());
         }
         // A new entry: the first bucket from home with room, marking each full one passed.
         let mut b = self.home(s.asid, o.va, o.size);
-        for _ in 0..self.buckets {
+        for d in 0..self.buckets {
             let g = p as u64 * self.buckets + b;
             let bucket = self.occupied.entry(g).or_default();
             if bucket.entries.len() < self.per_bucket {
                 bucket.entries.push(entry);
+                self.index_entry(&entry, d);
                 self.entries += 1;
                 self.max_entries = self.max_entries.max(self.entries);
                 s.pages += 1;
@@ -335,6 +389,7 @@ impl Tdb for Sparta {
         env.cost.add(Event::Write, 1);
         let b = self.occupied.get_mut(&g).expect("located");
         let e = b.entries.remove(i);
+        self.index.remove(index_key(e.key));
         // Overflow marks stay (as in open addressing with tombstones): a later walk still probes on.
         if b.entries.is_empty() && !b.overflowed {
             self.occupied.remove(&g);
@@ -463,7 +518,7 @@ impl Driver for Sparta {
         // Every size's home bucket in parallel (step 0); an overflow chain adds serial steps.
         for i in 0..self.sizes.len() {
             let size = self.sizes[i];
-            let (hit, probes) = self.locate(asid, va, size);
+            let (hit, probes) = self.locate_frame(asid, va, size);
             let home = self.home(asid, va, size);
             for k in 0..probes as u64 {
                 let b = (home + k) % self.buckets;
@@ -471,9 +526,8 @@ impl Driver for Sparta {
             }
             self.walk_refs += probes as u64;
             self.overflow_probes += probes as u64 - 1;
-            if let Some((g, j)) = hit {
-                let e = &self.occupied[&g].entries[j];
-                found = Some(Translation { pbase: e.pa, size });
+            if let Some(pa) = hit {
+                found = Some(Translation { pbase: pa, size });
             }
         }
         plan.unfiltered += plan.refs.len() as u32;
@@ -484,6 +538,16 @@ impl Driver for Sparta {
             }
         }
         found
+    }
+
+    /// The host line of [`Sparta::index`] the walk of `va` reads, for each size (the walk's
+    /// simulated references are timed by the accelerator engine, which caches none).
+    #[inline]
+    fn prefetch(&self, s: &SpartaSpace, va: u64) -> Option<u64> {
+        for &size in &self.sizes {
+            self.index.prefetch(index_key(key(s.asid, size.align_down(va), size)));
+        }
+        None
     }
 
     fn invalidate_walk_cache(&self, _wc: &mut NoWalkCache, _asid: u16, _start: u64, _end: u64) {}
@@ -715,6 +779,55 @@ mod tests {
 
     /// §7.4: at load factor ≤ 1/4 a walk is one reference. A whole partition mapped by one
     /// address space: every walk reads exactly one bucket.
+    /// The walk's index ([`Sparta::index`]) answers as the bucket scan does, frame and probes,
+    /// across address spaces whose pages overflow into later buckets, unmaps that empty buckets
+    /// but leave their overflow marks, and refaults into the holes they leave.
+    #[test]
+    fn index_answers_as_the_bucket_scan() {
+        // One slot per frame (load factor up to 1): the six spaces' runs of home buckets overlap
+        // more than a bucket holds.
+        let cfg = SpartaConfig { partitions: 4, slots_per_frame: 1, ..SpartaConfig::default() };
+        let os_cfg = OsConfig { memory: 64 << 20, thp: crate::os::ThpMode::Never, ..OsConfig::default() };
+        let mut os = Os::boot(Sparta::new(&cfg), &os_cfg, 1).unwrap();
+        let mut rng = Rng::new(7);
+        let mut regions = Vec::new();
+        for _ in 0..6 {
+            let asid = os.spawn(false).unwrap();
+            let base = os.mmap(asid, 8 << 20, MapFlags::default()).unwrap();
+            regions.push((asid, base));
+        }
+        let page = |r: &(u16, u64), i: u64| (r.0, r.1 + (i << 12));
+        let (mut overflowed, mut unmapped) = (0, std::collections::HashSet::new());
+        for round in 0..4 {
+            for _ in 0..6000 {
+                let r = regions[rng.below(regions.len() as u64) as usize];
+                let (asid, va) = page(&r, rng.below(2048));
+                if unmapped.contains(&(asid, va)) {
+                    continue;
+                }
+                if rng.below(5) == 0 {
+                    // Empties its slot; pages of other spaces that hash there refault into it.
+                    os.munmap(asid, va, 4096).unwrap();
+                    unmapped.insert((asid, va));
+                } else if os.truth(asid, va).is_none() {
+                    os.fault(asid, va).unwrap();
+                }
+            }
+            for r in &regions {
+                for i in 0..2048 {
+                    let (asid, va) = page(r, i);
+                    let d = &os.driver;
+                    let (hit, probes) = d.locate(asid, va, PageSize::K4);
+                    let scan = (hit.map(|(g, j)| d.occupied[&g].entries[j].pa), probes);
+                    assert_eq!(d.locate_frame(asid, va, PageSize::K4), scan, "round {round}: ASID {asid} {va:#x}");
+                    assert_eq!(scan.0, os.truth(asid, va).map(|t| t.pbase));
+                    overflowed += u32::from(hit.is_some() && probes > 1);
+                }
+            }
+        }
+        assert!(overflowed > 0, "some entries lie past their home bucket");
+    }
+
     #[test]
     fn one_reference_per_walk_at_load_factor_one_quarter() {
         let mut os = booted(64 << 20, 4, false);

@@ -26,7 +26,7 @@
 //! each latency — what the same access would not have waited with ideal translation — is
 //! counted apart, so one run reports its own translation overhead and fraction of ideal.
 
-use super::{input_bytes, progress, refill, run_total, spawn, RunOutput, Source, Stream, CHUNK, INTERRUPTED};
+use super::{input_bytes, progress, refill, run_total, spawn, RunOutput, Source, Stream, CHUNK, INTERRUPTED, PREFETCH_AHEAD};
 use crate::arch::Design;
 use crate::config::accel::{CacheKind, WalkModel};
 use crate::config::Config;
@@ -345,6 +345,7 @@ fn access_loop<D: Driver>(
                 m.apply_shootdowns(agents);
                 continue;
             }
+            prefetch_ahead(m, st);
             let a = st.buf[st.pos];
             st.pos += 1;
             let store = a.kind == AccessKind::Store;
@@ -414,6 +415,20 @@ fn access_loop<D: Driver>(
         ));
     }
     Ok(false)
+}
+
+/// The host prefetch of the accelerator loop, called with the next access at `st.pos`: where the
+/// page changes [`PREFETCH_AHEAD`] accesses ahead, the driver's [`Driver::prefetch`] for that
+/// access, as the core loop's first stage (a hint: no simulated effect).
+#[inline(always)]
+fn prefetch_ahead<D: Driver>(m: &Machine<D>, st: &Stream) {
+    let i = st.pos + PREFETCH_AHEAD;
+    if i < st.len && (st.buf[i - 1].vaddr ^ st.buf[i].vaddr) >> 12 != 0 {
+        let a = &st.buf[i];
+        if let Some(p) = m.os.procs.get(a.asid as usize) {
+            m.os.driver.prefetch(&p.space, a.vaddr);
+        }
+    }
 }
 
 /// The key a virtual cache tags a line with: the ASID above the virtual line number.
