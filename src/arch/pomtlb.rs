@@ -766,6 +766,17 @@ impl<W: PomWalker> Driver for PomTlb<W> {
         r
     }
 
+    /// The host memory of the sets the probe searches (each size's), then the walker's prefetch
+    /// for the walk that follows a miss (its entry is returned).
+    #[inline]
+    fn prefetch(&self, s: &PomTlbSpace<W>, va: u64) -> Option<u64> {
+        for size in [PageSize::K4, PageSize::M2] {
+            let arr = &self.arrays[self.array_for(size)];
+            arr.arr.prefetch(arr.set_of(va, size));
+        }
+        self.walker.prefetch(&s.walker, va)
+    }
+
     fn invalidate_walk_cache(&self, wc: &mut PomWalkCache<W>, asid: u16, start: u64, end: u64) {
         self.walker.invalidate_walk_cache(&mut wc.walker, asid, start, end)
     }
