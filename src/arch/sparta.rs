@@ -32,6 +32,7 @@ use crate::rng::mix64;
 use crate::tapi::{
     Driver, Event, FramePlacement, Frames, MapFlags, MemorySide, MemoryTranslation, Placement, TObj, Tdb, TdbEnv, Translation, WalkPlan,
 };
+use std::collections::hash_map::Entry as MapEntry;
 
 /// The routing hash: which bits of the virtual address name the partition.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -92,7 +93,7 @@ impl SpartaConfig {
 }
 
 /// One table entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Entry {
     /// `(asid, page number, size)`, as [`key`] packs them.
     key: u64,
@@ -102,11 +103,15 @@ struct Entry {
     dirty: bool,
 }
 
-/// One bucket: the entries of one 64 B line (or more, with larger entries) and whether an entry
-/// that hashes here was pushed to the next bucket.
-#[derive(Clone, Debug, Default)]
+/// One bucket: the entries of one 64 B line (or more, with larger entries), held in
+/// [`Sparta::slab`] (`per_bucket` slots from `at`, the first `len` in use), and whether an entry
+/// that hashes here was pushed to the next bucket. A bucket's slots are one block of the slab,
+/// reused after the bucket empties, so filling a bucket allocates nothing (a vector per bucket
+/// made malloc and free a third of a SPARTA run's host time).
+#[derive(Clone, Copy, Debug)]
 struct Bucket {
-    entries: Vec<Entry>,
+    at: usize,
+    len: u8,
     overflowed: bool,
 }
 
@@ -155,6 +160,10 @@ pub struct Sparta {
     tables: Vec<Table>,
     /// Occupied buckets, by global index `partition × buckets + bucket`.
     occupied: IntMap<Bucket>,
+    /// The occupied buckets' entries, `per_bucket` slots per bucket ([`Bucket::at`]).
+    slab: Vec<Entry>,
+    /// Blocks of `slab` whose bucket emptied, for the next new bucket.
+    free_blocks: Vec<usize>,
     /// Host-side index for the walk: every entry's frame and how many buckets past its home it
     /// lies, by [`index_key`] (entries further than [`INDEX_MAX_DISTANCE`] are left out). A walk
     /// that finds its entry here reads one host line, which the access loop prefetches
@@ -185,6 +194,8 @@ impl Sparta {
             chunk_bytes: 0,
             tables: Vec::new(),
             occupied: IntMap::default(),
+            slab: Vec::new(),
+            free_blocks: Vec::new(),
             index: VpnTable::default(),
             walks: 0,
             walk_refs: 0,
@@ -247,7 +258,7 @@ impl Sparta {
             probes += 1;
             let g = p * self.buckets + b;
             let Some(bucket) = self.occupied.get(&g) else { return (None, probes) };
-            if let Some(i) = bucket.entries.iter().position(|e| e.key == k) {
+            if let Some(i) = self.entries_of(bucket).iter().position(|e| e.key == k) {
                 return (Some((g, i)), probes);
             }
             if !bucket.overflowed || probes as u64 >= self.buckets {
@@ -265,7 +276,7 @@ impl Sparta {
         let fast = self.index.get(index_key(k)).map(|v| (Some(v & !(INDEX_MAX_DISTANCE - 1)), (v & (INDEX_MAX_DISTANCE - 1)) as u32 + 1));
         let slow = || {
             let (hit, probes) = self.locate(asid, va, size);
-            (hit.map(|(g, i)| self.occupied[&g].entries[i].pa), probes)
+            (hit.map(|(g, i)| self.entry(g, i).pa), probes)
         };
         debug_assert!(fast.is_none() || fast == Some(slow()), "SPARTA's index disagrees with its buckets at {va:#x}");
         fast.unwrap_or_else(slow)
@@ -283,6 +294,33 @@ impl Sparta {
     /// How many buckets past `asid`'s home for `(va, size)` global bucket `g` is.
     fn distance(&self, asid: u16, va: u64, size: PageSize, g: u64) -> u64 {
         (g % self.buckets + self.buckets - self.home(asid, va, size)) % self.buckets
+    }
+
+    /// The entries `b` holds.
+    #[inline]
+    fn entries_of(&self, b: &Bucket) -> &[Entry] {
+        &self.slab[b.at..b.at + b.len as usize]
+    }
+
+    /// Entry `i` of occupied bucket `g`.
+    fn entry(&self, g: u64, i: usize) -> &Entry {
+        &self.entries_of(&self.occupied[&g])[i]
+    }
+
+    /// Takes entry `i` out of occupied bucket `g`, keeping the others' order; an emptied bucket
+    /// with no overflow mark leaves the map (its block goes back to the slab's free list) if
+    /// `drop_empty`.
+    fn take_entry(&mut self, g: u64, i: usize, drop_empty: bool) -> Entry {
+        let b = self.occupied.get_mut(&g).expect("an occupied bucket");
+        let (at, len) = (b.at, b.len as usize);
+        let e = self.slab[at + i];
+        self.slab.copy_within(at + i + 1..at + len, at + i);
+        b.len -= 1;
+        if drop_empty && b.len == 0 && !b.overflowed {
+            self.occupied.remove(&g);
+            self.free_blocks.push(at);
+        }
+        e
     }
 
     fn obj(e: &Entry, va: u64, size: PageSize) -> TObj {
@@ -308,15 +346,16 @@ impl Tdb for Sparta {
         let asid = s.asid;
         let mut dead = Vec::new();
         for (&g, b) in &self.occupied {
-            for e in &b.entries {
+            for e in self.entries_of(b) {
                 if (e.key >> 3) & 0xffff == asid as u64 {
                     dead.push((g, e.key));
                 }
             }
         }
         for (g, k) in dead {
-            let b = self.occupied.get_mut(&g).expect("collected above");
-            b.entries.retain(|e| e.key != k);
+            let i = self.entries_of(&self.occupied[&g]).iter().position(|e| e.key == k).expect("collected above");
+            // The emptied bucket stays in the map, as it always has (a walk reads it as empty).
+            self.take_entry(g, i, false);
             self.index.remove(index_key(k));
             env.cost.add(Event::Write, 1);
             self.entries -= 1;
@@ -331,7 +370,7 @@ impl Tdb for Sparta {
             let (hit, probes) = self.locate(s.asid, va, size);
             env.cost.add(Event::Read, probes as u64);
             if let Some((g, i)) = hit {
-                return Some(Self::obj(&self.occupied[&g].entries[i], va, size));
+                return Some(Self::obj(self.entry(g, i), va, size));
             }
         }
         None
@@ -356,7 +395,7 @@ impl Tdb for Sparta {
         env.cost.add(Event::Read, probes as u64);
         env.cost.add(Event::Write, 1);
         if let Some((g, i)) = hit {
-            self.occupied.get_mut(&g).expect("located").entries[i] = entry;
+            self.slab[self.occupied[&g].at + i] = entry;
             let d = self.distance(s.asid, o.va, o.size, g);
             self.index_entry(&entry, d);
             return Ok(());
@@ -365,9 +404,19 @@ impl Tdb for Sparta {
         let mut b = self.home(s.asid, o.va, o.size);
         for d in 0..self.buckets {
             let g = p as u64 * self.buckets + b;
-            let bucket = self.occupied.entry(g).or_default();
-            if bucket.entries.len() < self.per_bucket {
-                bucket.entries.push(entry);
+            let bucket = match self.occupied.entry(g) {
+                MapEntry::Occupied(o) => o.into_mut(),
+                MapEntry::Vacant(v) => {
+                    let at = self.free_blocks.pop().unwrap_or_else(|| {
+                        self.slab.resize(self.slab.len() + self.per_bucket, Entry::default());
+                        self.slab.len() - self.per_bucket
+                    });
+                    v.insert(Bucket { at, len: 0, overflowed: false })
+                }
+            };
+            if (bucket.len as usize) < self.per_bucket {
+                self.slab[bucket.at + bucket.len as usize] = entry;
+                bucket.len += 1;
                 self.index_entry(&entry, d);
                 self.entries += 1;
                 self.max_entries = self.max_entries.max(self.entries);
@@ -387,13 +436,9 @@ impl Tdb for Sparta {
         env.cost.add(Event::Read, probes as u64);
         let (g, i) = hit?;
         env.cost.add(Event::Write, 1);
-        let b = self.occupied.get_mut(&g).expect("located");
-        let e = b.entries.remove(i);
-        self.index.remove(index_key(e.key));
         // Overflow marks stay (as in open addressing with tombstones): a later walk still probes on.
-        if b.entries.is_empty() && !b.overflowed {
-            self.occupied.remove(&g);
-        }
+        let e = self.take_entry(g, i, true);
+        self.index.remove(index_key(e.key));
         self.entries -= 1;
         s.pages -= 1;
         Some(Self::obj(&e, va, size))
@@ -818,7 +863,7 @@ mod tests {
                     let (asid, va) = page(r, i);
                     let d = &os.driver;
                     let (hit, probes) = d.locate(asid, va, PageSize::K4);
-                    let scan = (hit.map(|(g, j)| d.occupied[&g].entries[j].pa), probes);
+                    let scan = (hit.map(|(g, j)| d.entry(g, j).pa), probes);
                     assert_eq!(d.locate_frame(asid, va, PageSize::K4), scan, "round {round}: ASID {asid} {va:#x}");
                     assert_eq!(scan.0, os.truth(asid, va).map(|t| t.pbase));
                     overflowed += u32::from(hit.is_some() && probes > 1);
