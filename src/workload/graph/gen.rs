@@ -138,10 +138,39 @@ impl Perm {
 /// How the out-degree of a vertex is drawn for one popcount class.
 #[derive(Clone, Debug)]
 enum Class {
-    /// Poisson CDF, for small means (inversion by binary search).
-    Table(Vec<f64>),
+    /// Poisson CDF, for small means (inversion: the first degree whose CDF exceeds the uniform).
+    Table(Cdf),
     /// Normal approximation of Poisson(mean), for large means (hubs).
     Normal(f64),
+}
+
+/// A CDF and its guide table (Chen and Asau's inversion): `guide[j]` is the first index whose
+/// value exceeds `j / guide.len()`, where the search for a uniform `u` in that slice of [0, 1)
+/// starts. Every index before it has a value at most `j / len <= u`, so the walk forward from it
+/// ends at the index a search from 0 would: the same draw, in one or two steps instead of a
+/// binary search's dependent ones (which were most of a large graph's degree pass).
+#[derive(Clone, Debug)]
+struct Cdf {
+    cdf: Vec<f64>,
+    guide: Vec<u32>,
+}
+
+impl Cdf {
+    fn new(cdf: Vec<f64>) -> Cdf {
+        let slots = cdf.len().next_power_of_two();
+        let guide = (0..slots).map(|j| cdf.partition_point(|&c| c <= j as f64 / slots as f64) as u32).collect();
+        Cdf { cdf, guide }
+    }
+
+    /// The first index whose value exceeds `u` (in [0, 1)); the length if none does.
+    #[inline]
+    fn invert(&self, u: f64) -> u64 {
+        let mut k = self.guide[(u * self.guide.len() as f64) as usize] as usize;
+        while k < self.cdf.len() && self.cdf[k] <= u {
+            k += 1;
+        }
+        k as u64
+    }
 }
 
 /// Out-degree distribution of the implicit R-MAT graph: Poisson around the R-MAT expected degree
@@ -194,7 +223,7 @@ impl DegreeModel {
                         break;
                     }
                 }
-                Class::Table(cdf)
+                Class::Table(Cdf::new(cdf))
             })
             .collect();
         DegreeModel { classes }
@@ -203,16 +232,7 @@ impl DegreeModel {
     /// The out-degree of a vertex whose R-MAT id has `ones` 1 bits, from its random word `h`.
     pub fn draw(&self, ones: u32, h: u64) -> u64 {
         match &self.classes[ones as usize] {
-            Class::Table(cdf) => {
-                let u = (h >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
-                // Most vertices have a mean near or below 1: a short linear scan beats a binary
-                // search (whose unpredictable steps dominated the degree pass).
-                if cdf.len() <= 24 {
-                    cdf.iter().take_while(|&&c| c <= u).count() as u64
-                } else {
-                    cdf.partition_point(|&c| c <= u) as u64
-                }
-            }
+            Class::Table(cdf) => cdf.invert((h >> 11) as f64 * (1.0 / (1u64 << 53) as f64)),
             Class::Normal(mean) => {
                 // Box–Muller from the two halves of h.
                 let u1 = ((h >> 32) as f64 + 0.5) / 4_294_967_296.0;
@@ -324,6 +344,30 @@ mod tests {
         // Scrambling actually moves ids.
         let p = Perm::new(1 << 16, 1, true);
         assert!((0..100).filter(|&r| p.fwd(r) == r).count() < 5);
+    }
+
+    /// The guide table's inversion is the search from 0 (`partition_point`), on the model's own
+    /// CDFs and on ones with repeated values and a last value below 1, at random uniforms and at
+    /// every value and slice boundary.
+    #[test]
+    fn guided_inversion_equals_the_search_from_zero() {
+        let mut r = crate::rng::Rng::new(5);
+        let m = DegreeModel::new(1 << 20, 20, 16.0);
+        let mut cdfs: Vec<Vec<f64>> =
+            m.classes.iter().filter_map(|c| if let Class::Table(t) = c { Some(t.cdf.clone()) } else { None }).collect();
+        cdfs.push(vec![0.25, 0.25, 0.5, 0.5, 0.75]);
+        cdfs.push(vec![0.0, 0.0, 0.999]);
+        cdfs.push(vec![1.0]);
+        for cdf in cdfs {
+            let g = Cdf::new(cdf.clone());
+            let slots = g.guide.len() as f64;
+            let edges = cdf.iter().flat_map(|&c| [c, c - f64::EPSILON, c + f64::EPSILON]);
+            let bounds = (0..g.guide.len()).map(|j| j as f64 / slots);
+            let random = (0..20_000).map(|_| (r.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64));
+            for u in edges.chain(bounds).chain(random).filter(|u| (0.0..1.0).contains(u)) {
+                assert_eq!(g.invert(u), cdf.partition_point(|&c| c <= u) as u64, "u {u} in {cdf:?}");
+            }
+        }
     }
 
     #[test]
