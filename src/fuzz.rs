@@ -52,8 +52,10 @@ pub const HOST_BUDGET: u64 = 256 << 20;
 /// What a case may allocate beyond its estimate: buffers, trace readers, the OS's maps.
 pub const HOST_SLACK: u64 = 192 << 20;
 
-/// Designs a case runs on (one per case, by seed): the drivers with the most input-dependent code.
-const DESIGNS: &[&str] = &["radix4", "radix5", "ecpt", "fpt-l4l3-l2l1", "utopia", "pomtlb", "rmm", "arm64-thp"];
+/// Designs a case runs on (one per case, by seed): the drivers with the most input-dependent code,
+/// and the accelerator engine (its conventional flow; SPARTA and DIPTA swap by default, and a
+/// mutated `workload.processes` then thrashes for minutes, noted on issue 16).
+const DESIGNS: &[&str] = &["radix4", "radix5", "ecpt", "fpt-l4l3-l2l1", "utopia", "pomtlb", "rmm", "arm64-thp", "accel-conventional"];
 
 /// A sample stream of accesses: small, varied, with the patterns real traces have.
 fn sample_accesses(rng: &mut Rng, n: usize) -> Vec<Access> {
