@@ -473,8 +473,9 @@ impl<D: Driver> Machine<D> {
 
     /// [`Machine::access`] with a virtual cache's re-hit inline: the access's line is the cache's
     /// most recent one, a hit that changes no replacement state ([`Cache::rehit`]), which is
-    /// most accesses of a sequential stream. The rest goes out of line; a call per access cost
-    /// about a tenth of a stream run's host instructions.
+    /// most accesses of a sequential stream. The rest goes out of line: with a call per access,
+    /// simulating stream took 1.7 times as long (docs/performance.md, "Every design against
+    /// radix4").
     #[inline(always)]
     fn access_hot(&mut self, agent: &mut Agent, asid: u16, va: u64, write: bool) -> Result<Lat> {
         if self.cache_kind == CacheKind::Virtual {
