@@ -307,9 +307,9 @@ impl Sparta {
         &self.entries_of(&self.occupied[&g])[i]
     }
 
-    /// Takes entry `i` out of occupied bucket `g`, keeping the others' order; an emptied bucket
-    /// with no overflow mark leaves the map (its block goes back to the slab's free list) if
-    /// `drop_empty`.
+    /// Takes entry `i` out of occupied bucket `g` and the index, keeping the others' order; an
+    /// emptied bucket with no overflow mark leaves the map (its block goes back to the slab's
+    /// free list) if `drop_empty`.
     fn take_entry(&mut self, g: u64, i: usize, drop_empty: bool) -> Entry {
         let b = self.occupied.get_mut(&g).expect("an occupied bucket");
         let (at, len) = (b.at, b.len as usize);
@@ -320,6 +320,7 @@ impl Sparta {
             self.occupied.remove(&g);
             self.free_blocks.push(at);
         }
+        self.index.remove(index_key(e.key));
         e
     }
 
@@ -356,7 +357,6 @@ impl Tdb for Sparta {
             let i = self.entries_of(&self.occupied[&g]).iter().position(|e| e.key == k).expect("collected above");
             // The emptied bucket stays in the map, as it always has (a walk reads it as empty).
             self.take_entry(g, i, false);
-            self.index.remove(index_key(k));
             env.cost.add(Event::Write, 1);
             self.entries -= 1;
         }
@@ -438,7 +438,6 @@ impl Tdb for Sparta {
         env.cost.add(Event::Write, 1);
         // Overflow marks stay (as in open addressing with tombstones): a later walk still probes on.
         let e = self.take_entry(g, i, true);
-        self.index.remove(index_key(e.key));
         self.entries -= 1;
         s.pages -= 1;
         Some(Self::obj(&e, va, size))
