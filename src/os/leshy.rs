@@ -34,7 +34,7 @@
 
 use crate::addr::PageSize;
 use crate::error::{Error, Result};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -166,6 +166,12 @@ impl Region {
 struct Buckets {
     by_base: Vec<BTreeMap<u64, Region>>,
     ranked: Vec<Vec<Region>>,
+    /// `up[level][i]`: for the region of rank `i` at `level`, the rank of the region holding it
+    /// at each level above, indexed by that level (entries up to `level` unused). The mix
+    /// search asks "is this region inside a chosen one?" for every 4K page it passes, hundreds
+    /// of times per decision; with ranks, that is a few array reads instead of a set search
+    /// per level (docs/performance.md, "Leshy's offline decision").
+    up: Vec<Vec<[u32; LEVELS.len()]>>,
 }
 
 impl Buckets {
@@ -176,8 +182,24 @@ impl Buckets {
             let up = roll_up(&by_base[level - 1], LEVELS[level]);
             by_base.push(up);
         }
-        let ranked = by_base.iter().map(rank_order).collect();
-        Buckets { by_base, ranked }
+        let ranked: Vec<Vec<Region>> = by_base.iter().map(rank_order).collect();
+        // From the top down: a region's ancestors are its parent and the parent's ancestors.
+        let mut up: Vec<Vec<[u32; LEVELS.len()]>> = vec![Vec::new(); top + 1];
+        up[top] = vec![[0; LEVELS.len()]; ranked[top].len()];
+        for level in (0..top).rev() {
+            let parent_rank: BTreeMap<u64, u32> = ranked[level + 1].iter().enumerate().map(|(i, r)| (r.base, i as u32)).collect();
+            let size = LEVELS[level + 1];
+            up[level] = ranked[level]
+                .iter()
+                .map(|r| {
+                    let p = parent_rank[&size.align_down(r.base)];
+                    let mut a = up[level + 1][p as usize];
+                    a[level + 1] = p;
+                    a
+                })
+                .collect();
+        }
+        Buckets { by_base, ranked, up }
     }
 
     fn total_misses(&self) -> u64 {
@@ -238,45 +260,54 @@ struct Mix {
 }
 
 impl Mix {
-    fn add(&mut self, level: usize, regions: &[Region]) {
-        self.picks.extend(regions.iter().map(|&r| (level, r)));
+    fn add(&mut self, level: usize, regions: impl IntoIterator<Item = Region>) {
+        self.picks.extend(regions.into_iter().map(|r| (level, r)));
     }
 }
 
-/// The mix search over one set of buckets. `taken` holds the bases of the regions chosen so far,
-/// per level, so smaller regions inside them are skipped (hints never overlap).
+/// The mix search over one set of buckets. Regions are named by their rank at their level;
+/// `taken` marks, per level, the regions chosen so far, so smaller regions inside them are
+/// skipped (hints never overlap).
 struct Search<'a> {
     b: &'a Buckets,
-    taken: Vec<BTreeSet<u64>>,
+    taken: Vec<Vec<bool>>,
 }
 
 impl<'a> Search<'a> {
     fn new(b: &'a Buckets) -> Search<'a> {
-        Search { b, taken: vec![BTreeSet::new(); b.ranked.len()] }
+        Search { b, taken: b.ranked.iter().map(|r| vec![false; r.len()]).collect() }
     }
 
-    /// Whether a region at `level` lies outside every region chosen at a larger level.
-    fn is_free(&self, level: usize, base: u64) -> bool {
-        (level + 1..self.taken.len()).all(|l| !self.taken[l].contains(&LEVELS[l].align_down(base)))
+    /// Whether the region of rank `i` at `level` lies outside every region chosen at a larger
+    /// level.
+    #[inline]
+    fn is_free(&self, level: usize, i: usize) -> bool {
+        let up = &self.b.up[level][i];
+        (level + 1..self.taken.len()).all(|l| !self.taken[l][up[l] as usize])
     }
 
-    /// The best `max` eligible regions at `level` that do not overlap a chosen region.
-    fn candidates(&self, level: usize, max: usize) -> Vec<Region> {
-        let free = self.b.ranked[level].iter().filter(|r| r.eligible(level) && self.is_free(level, r.base));
-        free.take(max).copied().collect()
+    /// The ranks of the best `max` eligible regions at `level` that do not overlap a chosen
+    /// region.
+    fn candidates(&self, level: usize, max: usize) -> Vec<u32> {
+        let ranked = self.b.ranked[level].iter().enumerate();
+        let free = ranked.filter(|&(i, r)| r.eligible(level) && self.is_free(level, i));
+        free.take(max).map(|(i, _)| i as u32).collect()
     }
 
-    /// `picks` at `level` plus the fill of the smaller sizes with the rest of `budget`, if together
-    /// they cover `need` misses.
-    fn with(&mut self, level: usize, picks: &[Region], budget: usize, need: u64) -> Option<Mix> {
-        let covered: u64 = picks.iter().map(|r| r.misses).sum();
-        self.taken[level].extend(picks.iter().map(|r| r.base));
+    /// `picks` (ranks) at `level` plus the fill of the smaller sizes with the rest of `budget`,
+    /// if together they cover `need` misses.
+    fn with(&mut self, level: usize, picks: &[u32], budget: usize, need: u64) -> Option<Mix> {
+        let regions = &self.b.ranked[level];
+        let covered: u64 = picks.iter().map(|&i| regions[i as usize].misses).sum();
+        for &i in picks {
+            self.taken[level][i as usize] = true;
+        }
         let rest = self.fill(level - 1, budget - picks.len(), need.saturating_sub(covered));
-        for r in picks {
-            self.taken[level].remove(&r.base);
+        for &i in picks {
+            self.taken[level][i as usize] = false;
         }
         let mut mix = rest?;
-        mix.add(level, picks);
+        mix.add(level, picks.iter().map(|&i| regions[i as usize]));
         Some(mix)
     }
 
@@ -309,13 +340,20 @@ impl<'a> Search<'a> {
         Some(best)
     }
 
-    /// The smallest size: the best free 4K pages, as many as the budget allows.
+    /// The smallest size: the best free 4K pages, as many as the budget allows ([`cover`]'s
+    /// rule over the free pages, in one pass that also collects them).
     fn fill_base(&self, budget: usize, need: u64) -> Option<Mix> {
-        // Walks the ranking lazily: the pages taken are few, the pages skipped may be many.
-        let free = || self.b.ranked[0].iter().filter(|r| self.is_free(0, r.base));
-        let (n, covered) = cover(free(), budget, need);
         let mut mix = Mix::default();
-        mix.add(0, &free().take(n).copied().collect::<Vec<_>>());
+        let mut covered = 0;
+        for (i, r) in self.b.ranked[0].iter().enumerate() {
+            if mix.picks.len() == budget || covered >= need {
+                break;
+            }
+            if self.is_free(0, i) {
+                mix.picks.push((0, *r));
+                covered += r.misses;
+            }
+        }
         (covered >= need).then_some(mix)
     }
 
@@ -356,7 +394,7 @@ fn demoted_cover(b: &Buckets, level: usize, n: usize) -> Mix {
             let Some(&child) = b.by_base[l - 1].range(r.base..end).next().map(|(_, c)| c) else { break };
             (l, r) = (l - 1, child);
         }
-        mix.add(l, &[r]);
+        mix.add(l, [r]);
     }
     mix
 }
@@ -759,5 +797,33 @@ mod tests {
             assert!(err.contains("h.txt:") && err.contains(what), "{text}: {err}");
         }
         assert!(matches!(read_hints(Path::new("/nonexistent/leshy.hints")), Err(Error::Io { .. })));
+    }
+
+    /// The ranks a region keeps of the regions holding it name exactly those regions (the
+    /// aligned region of each larger size), so "inside a chosen region" read from flags by rank
+    /// is "inside a chosen region" by address. Random clustered samples, every level.
+    #[test]
+    fn ranks_name_the_regions_that_hold_each_region() {
+        let mut rng = crate::rng::Rng::new(7);
+        for _ in 0..50 {
+            let mut samples = Vec::new();
+            for _ in 0..1 + rng.below(12) {
+                // A cluster: a 32M-aligned area, a spread of 4K to 32M, some misses in it.
+                let base = rng.below(64) << 25;
+                let spread = 1u64 << (12 + rng.below(14));
+                for _ in 0..1 + rng.below(200) {
+                    samples.push(LeshySample { va: base + rng.below(spread), latency: 50 + rng.below(200) as u32 });
+                }
+            }
+            let b = Buckets::new(&samples, 3);
+            for level in 0..=3 {
+                assert_eq!(b.up[level].len(), b.ranked[level].len());
+                for (r, up) in b.ranked[level].iter().zip(&b.up[level]) {
+                    for l in level + 1..=3 {
+                        assert_eq!(b.ranked[l][up[l] as usize].base, LEVELS[l].align_down(r.base), "level {level} region {:#x}", r.base);
+                    }
+                }
+            }
+        }
     }
 }
