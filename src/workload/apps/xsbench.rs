@@ -98,7 +98,11 @@ pub struct XsBench {
     populate: bool,
     streams: Streams,
     rng: Rng,
-    scratch: Vec<(f64, u32)>,
+    /// The positions `u(·, stratum)` of every nuclide in stratum `stratum` (`u64::MAX`: none
+    /// yet), sorted if `sorted` ([`XsBench::stratum_nth`]).
+    scratch: Vec<f64>,
+    stratum: u64,
+    sorted: bool,
     /// Results of the lookups done so far, when recording (tests).
     pub record: Option<Vec<Lookup>>,
 }
@@ -142,6 +146,8 @@ impl XsBench {
             streams: Streams::new(1, u64::MAX),
             rng: Rng::new(hash2(seed, 0x46)),
             scratch: Vec::new(),
+            stratum: u64::MAX,
+            sorted: false,
             record: None,
         }
     }
@@ -161,28 +167,39 @@ impl XsBench {
         (hash2(self.seed ^ mix64(n ^ (k << 40)), i ^ 0xc5) >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
-    /// The `q`-th smallest (u, nuclide) of stratum `s`.
-    fn stratum_nth(&mut self, s: u64, q: u64) -> (f64, u32) {
-        let mut v = std::mem::take(&mut self.scratch);
-        v.clear();
-        v.extend((0..self.n).map(|n| (self.u(n, s), n as u32)));
-        let (_, x, _) = v.select_nth_unstable_by(q as usize, |a, b| a.0.total_cmp(&b.0));
-        let r = *x;
-        self.scratch = v;
-        r
+    /// The `q`-th smallest position of stratum `s` (union point `s * n + q`'s position inside
+    /// its stratum). A lookup's binary search ends with several steps inside one stratum, and
+    /// the index sweep visits a stratum's points in a row, so the last stratum's positions are
+    /// kept: the first query selects, a second sorts them, and later ones read the answer.
+    /// Exact: the `q`-th smallest value is the same whichever way it is found.
+    fn stratum_nth(&mut self, s: u64, q: u64) -> f64 {
+        let q = q as usize;
+        if self.stratum != s {
+            let mut v = std::mem::take(&mut self.scratch);
+            v.clear();
+            v.extend((0..self.n).map(|n| self.u(n, s)));
+            let x = *v.select_nth_unstable_by(q, f64::total_cmp).1;
+            (self.scratch, self.stratum, self.sorted) = (v, s, false);
+            return x;
+        }
+        if !self.sorted {
+            self.scratch.sort_unstable_by(f64::total_cmp);
+            self.sorted = true;
+        }
+        self.scratch[q]
     }
 
     /// Energy of union grid point `j`.
     pub fn union_energy(&mut self, j: u64) -> f64 {
         let (s, q) = (j / self.n, j % self.n);
-        (s as f64 + self.stratum_nth(s, q).0) / self.g as f64
+        (s as f64 + self.stratum_nth(s, q)) / self.g as f64
     }
 
     /// Index-grid entry of union point `j` for nuclide `nuc`: the last grid point of `nuc` at or
     /// below the union energy (0 if none), as XSBench's sweep computes it.
     pub fn index_entry(&mut self, j: u64, nuc: u64) -> u64 {
         let (s, q) = (j / self.n, j % self.n);
-        let uq = self.stratum_nth(s, q).0;
+        let uq = self.stratum_nth(s, q);
         let below = s + u64::from(self.u(nuc, s) <= uq);
         below.saturating_sub(1)
     }
