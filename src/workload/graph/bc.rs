@@ -18,7 +18,7 @@
 //! for the divide/multiply/adds, `delta[u]` store 3, score 2 + 2, reset 4 per line.
 
 use super::csr::Graph;
-use super::engine::{alloc, alloc_init, static_share, Dynamic, Frontier, Kernel, Lane, Runner, Walk};
+use super::engine::{alloc, alloc_init, static_share, written_zeros, Dynamic, Frontier, Kernel, Lane, Runner, Walk};
 use super::{common, graph_params, source, NONE, SORTED_PARAM, SOURCE_PARAM};
 use crate::error::Result;
 use crate::workload::{ParamInfo, Params, Vm, Workload, WorkloadEntry};
@@ -110,10 +110,10 @@ impl Bc {
     pub fn new(g: &Graph, first: u32, count: u32, threads: usize) -> Bc {
         let n = g.n() as usize;
         let mut b = Bc {
-            scores: vec![0.0; n],
+            scores: written_zeros(n),
             depth: vec![NONE; n],
-            sigma: vec![0.0; n],
-            delta: vec![0.0; n],
+            sigma: written_zeros(n),
+            delta: written_zeros(n),
             queue: Frontier::default(),
             level_starts: Vec::new(),
             first,

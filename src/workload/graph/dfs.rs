@@ -16,7 +16,7 @@
 //! pure function of (v, k), so resuming a frame costs O(1) on the host).
 
 use super::csr::{Graph, Src};
-use super::engine::{alloc, alloc_init, Kernel, Lane, Runner};
+use super::engine::{alloc, alloc_init, written_zeros, Kernel, Lane, Runner};
 use super::{common, graph_params, source, SOURCE_PARAM};
 use crate::error::Result;
 use crate::workload::{Params, Vm, Workload, WorkloadEntry};
@@ -86,7 +86,7 @@ impl Dfs {
     pub fn new(g: &Graph, source: u32) -> Dfs {
         let mut d = Dfs {
             order: Vec::new(),
-            visited: vec![0; g.n().div_ceil(64) as usize],
+            visited: written_zeros(g.n().div_ceil(64) as usize),
             stack: Vec::new(),
             top: None,
             started: false,

@@ -322,6 +322,20 @@ impl<K: Kernel> Workload for Runner<K> {
     }
 }
 
+/// `n` zeros on host pages already written. A large `vec![0.0; n]` comes from the allocator
+/// as untouched memory, so a kernel that reads an entry before writing it (pr's `next[v] +=`)
+/// maps the host kernel's shared zero page, and its write faults again to copy that page and
+/// flush the TLB of every core the process runs on. With a study's second run on the other
+/// core, those flushes took half of `reproduce utopia`'s CPU time (its pr runs at 8 GiB;
+/// docs/performance.md, "Host arrays written before use").
+pub fn written_zeros<T: Clone + Default>(n: usize) -> Vec<T> {
+    let mut v = Vec::with_capacity(n);
+    // Opaque to the optimiser: the fill below must not become a zeroed allocation again.
+    std::hint::black_box(&mut v);
+    v.resize(n, T::default());
+    v
+}
+
 /// Maps `len` bytes of per-run data (the program's malloc), at least one page.
 pub fn alloc(vm: &mut dyn Vm, len: u64) -> Result<u64> {
     vm.mmap(len.max(4096), MapFlags::default())
@@ -529,5 +543,21 @@ impl Frontier {
         self.items.clear();
         self.head = 0;
         self.tail = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernels' zeroed arrays read as zeros of the asked length, whatever their type.
+    #[test]
+    fn written_zeros_are_zeros() {
+        let f: Vec<f64> = written_zeros(5000);
+        assert_eq!(f.len(), 5000);
+        assert!(f.iter().all(|&x| x == 0.0));
+        let w: Vec<u64> = written_zeros(3);
+        assert_eq!(w, [0, 0, 0]);
+        assert!(written_zeros::<f32>(0).is_empty());
     }
 }

@@ -13,7 +13,7 @@
 //! `cols` 4, `next[v]` 2, CAS 4 (add, movq, lock cmpxchg, branch), sweep 3 + 2 + 5 + 2.
 
 use super::csr::Graph;
-use super::engine::{alloc_init, static_share, Kernel, Lane, Runner, Walk};
+use super::engine::{alloc_init, static_share, written_zeros, Kernel, Lane, Runner, Walk};
 use super::{common, graph_params, SORTED_PARAM};
 use crate::error::Result;
 use crate::workload::{ParamInfo, Params, Vm, Workload, WorkloadEntry};
@@ -87,7 +87,7 @@ impl Pr {
         let mut p = Pr {
             rank: vec![1.0 / n as f32; n],
             done: 0,
-            next: vec![0.0; n],
+            next: written_zeros(n),
             iterations,
             damping,
             pushing: true,
