@@ -68,8 +68,43 @@ pub struct Tlb {
     /// it holds no entry of: that probe could only miss, and a miss changes nothing (exact; a
     /// 4K+2M L2 TLB of a run without huge pages probes one set per lookup, not two).
     held: [u32; PageSize::COUNT],
+    /// Fully associative TLBs of [`FA_INDEX_WAYS`] ways or more only ([`FaIndex`]).
+    fa: Option<Box<FaIndex>>,
     /// Lookup latency in cycles.
     pub latency: u32,
+}
+
+/// A fully associative TLB from this many ways on gets a [`FaIndex`] (Neoverse N1's 48-entry
+/// L1 TLBs: a lookup there compared 48 tags per size held, up to three sizes).
+const FA_INDEX_WAYS: usize = 16;
+
+/// Buckets of a [`FaIndex`] per page size (by the low bits of the page number).
+const FA_BUCKETS: usize = 64;
+
+/// A fully associative TLB's host-side index, per page size and bucket of page numbers: how
+/// many entries it holds there, and the way where one was last found or filled. A lookup skips
+/// the search of a size whose bucket is empty (it could only miss, which changes nothing), and
+/// tries the bucket's way before searching (a tag is in at most one way, so finding it there
+/// is what the search would find). Exact; test `fa_index_equals_the_search`.
+#[derive(Clone, Debug)]
+struct FaIndex {
+    count: [[u16; FA_BUCKETS]; PageSize::COUNT],
+    way: [[u16; FA_BUCKETS]; PageSize::COUNT],
+}
+
+impl FaIndex {
+    /// The bucket of page number `vpn`.
+    #[inline(always)]
+    fn bucket(vpn: u64) -> usize {
+        vpn as usize % FA_BUCKETS
+    }
+
+    /// One entry of tag `t` more (`+1`) or fewer (`-1`).
+    #[inline]
+    fn count_tag(&mut self, t: u64, delta: i16) {
+        let c = &mut self.count[(t & 7) as usize][Self::bucket(t >> 19)];
+        *c = c.wrapping_add_signed(delta);
+    }
 }
 
 #[inline(always)]
@@ -100,6 +135,8 @@ impl Tlb {
             mru: INVALID_TAG,
             mru_slot: 0,
             held: [0; PageSize::COUNT],
+            fa: (sets == 1 && cfg.ways as usize >= FA_INDEX_WAYS)
+                .then(|| Box::new(FaIndex { count: [[0; FA_BUCKETS]; PageSize::COUNT], way: [[0; FA_BUCKETS]; PageSize::COUNT] })),
             latency: cfg.latency,
         }
     }
@@ -149,7 +186,27 @@ impl Tlb {
             let vpn = va >> size.shift();
             let set = (vpn & self.set_mask) as usize;
             let tg = tag(vpn, asid, size);
-            if let Some(way) = self.arr.lookup(set, tg) {
+            let found = match self.fa.as_deref_mut() {
+                None => self.arr.lookup(set, tg),
+                Some(fa) => {
+                    let b = FaIndex::bucket(vpn);
+                    if fa.count[size.index()][b] == 0 {
+                        continue;
+                    }
+                    let hint = usize::from(fa.way[size.index()][b]);
+                    let way = if self.arr.tag_at(0, hint) == Some(tg) {
+                        self.arr.touch(0, hint);
+                        Some(hint)
+                    } else {
+                        self.arr.lookup(0, tg)
+                    };
+                    if let Some(w) = way {
+                        fa.way[size.index()][b] = w as u16;
+                    }
+                    way
+                }
+            };
+            if let Some(way) = found {
                 let slot = self.arr.slot(set, way);
                 self.note_mru(i, tg, slot);
                 return Some(Translation { pbase: self.pbase[slot], size });
@@ -209,6 +266,13 @@ impl Tlb {
         if let Some(old) = evicted {
             self.held[(old & 7) as usize] -= 1;
         }
+        if let Some(fa) = self.fa.as_deref_mut() {
+            if let Some(old) = evicted {
+                fa.count_tag(old, -1);
+            }
+            fa.count_tag(tg, 1);
+            fa.way[t.size.index()][FaIndex::bucket(vpn)] = way as u16;
+        }
         let slot = self.arr.slot(set, way);
         self.pbase[slot] = t.pbase;
         self.note_mru(if t.size == self.sizes[0] { 0 } else { 1 }, tg, slot);
@@ -236,20 +300,28 @@ impl Tlb {
                 for &size in self.sizes[..self.nsizes].iter().filter(held) {
                     let before = n;
                     for vpn in start >> size.shift()..=(end - 1) >> size.shift() {
-                        n += usize::from(self.arr.invalidate((vpn & self.set_mask) as usize, tag(vpn, asid, size)));
+                        let tg = tag(vpn, asid, size);
+                        let gone = self.arr.invalidate((vpn & self.set_mask) as usize, tg);
+                        if let (true, Some(fa)) = (gone, self.fa.as_deref_mut()) {
+                            fa.count_tag(tg, -1);
+                        }
+                        n += usize::from(gone);
                     }
                     self.held[size.index()] -= (n - before) as u32;
                 }
                 return n;
             }
         }
-        let held = &mut self.held;
+        let (held, mut fa) = (&mut self.held, self.fa.as_deref_mut());
         self.arr.invalidate_if(|t| {
             let a = ((t >> 3) & 0xffff) as u16;
             let size = PageSize::ALL[(t & 7) as usize];
             let va = (t >> 19) << size.shift();
             let hit = a == asid && va < end && va + size.bytes() > start;
             held[size.index()] -= u32::from(hit);
+            if let (true, Some(fa)) = (hit, fa.as_deref_mut()) {
+                fa.count_tag(t, -1);
+            }
             hit
         })
     }
@@ -258,6 +330,9 @@ impl Tlb {
     pub fn flush(&mut self) {
         self.mru = INVALID_TAG;
         self.held = [0; PageSize::COUNT];
+        if let Some(fa) = self.fa.as_deref_mut() {
+            fa.count = [[0; FA_BUCKETS]; PageSize::COUNT];
+        }
         self.arr.clear();
     }
 }
@@ -409,6 +484,54 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A fully associative TLB answers every lookup with its index as without it, through random
+    /// fills (with evictions), lookups, small and large invalidations and flushes over three
+    /// sizes; the index's counts always match the entries held.
+    #[test]
+    fn fa_index_equals_the_search() {
+        let sizes = [PageSize::K4, PageSize::K64, PageSize::M2];
+        let cfg = TlbConfig::new(48, 48, 1, &sizes);
+        let (mut a, mut b) = (Tlb::new(&cfg), Tlb::new(&cfg));
+        assert!(a.fa.is_some());
+        b.fa = None;
+        let mut rng = crate::rng::Rng::new(11);
+        for step in 0..50_000 {
+            let va = rng.below(1 << 30);
+            let asid = 1 + rng.below(2) as u16;
+            match rng.below(40) {
+                0 => {
+                    let end = va + 1 + rng.below(1 << 18);
+                    assert_eq!(a.invalidate(asid, va, end), b.invalidate(asid, va, end), "step {step}");
+                }
+                1 => {
+                    assert_eq!(a.invalidate(asid, va, va + (1 << 29)), b.invalidate(asid, va, va + (1 << 29)), "step {step}");
+                }
+                2 if step % 100 == 0 => {
+                    a.flush();
+                    b.flush();
+                }
+                _ => {
+                    let size = sizes[rng.below(3) as usize];
+                    let (x, y) = (a.lookup(asid, va), b.lookup(asid, va));
+                    assert_eq!(x, y, "step {step}, {va:#x}");
+                    if x.is_none() {
+                        let t = Translation { pbase: va & !size.offset_mask(), size };
+                        a.insert(asid, va, t);
+                        b.insert(asid, va, t);
+                    }
+                }
+            }
+            let fa = a.fa.as_deref().unwrap();
+            let mut counted = [[0u16; FA_BUCKETS]; PageSize::COUNT];
+            a.for_each_tag(|t| counted[(t & 7) as usize][FaIndex::bucket(t >> 19)] += 1);
+            assert_eq!(fa.count, counted, "step {step}");
+        }
+        let (mut ta, mut tb) = (Vec::new(), Vec::new());
+        a.for_each_tag(|t| ta.push(t));
+        b.for_each_tag(|t| tb.push(t));
+        assert_eq!(ta, tb);
     }
 
     #[test]
