@@ -54,7 +54,6 @@ pub struct Graph {
     spec: Spec,
     bits: u32,
     perm: Perm,
-    edges: u64,
     /// The degree index, shared with the other runs of this process that generate the same
     /// graph ([`Degrees::shared`]).
     idx: Arc<Degrees>,
@@ -179,7 +178,7 @@ impl Graph {
         let bits = id_bits(spec.n);
         let perm = Perm::new(spec.n, hash2(spec.seed, 0x7065_726d), spec.permute);
         let idx = Degrees::shared(&spec, &perm, bits);
-        Graph { spec, bits, perm, edges: idx.edges, idx, offsets_at: 0, cols_at: 0, weights_at: 0 }
+        Graph { spec, bits, perm, idx, offsets_at: 0, cols_at: 0, weights_at: 0 }
     }
 
     /// Bytes of graph arrays per vertex, for deriving the vertex count from a footprint.
@@ -193,7 +192,7 @@ impl Graph {
         let off_len = 8 * (self.n() + 1);
         self.offsets_at = vm.mmap(off_len, MapFlags::default())?;
         vm.populate(self.offsets_at, off_len)?;
-        let col_len = (4 * self.edges).max(4);
+        let col_len = (4 * self.idx.edges).max(4);
         self.cols_at = vm.mmap(col_len, MapFlags::default())?;
         vm.populate(self.cols_at, col_len)?;
         if self.spec.weighted {
@@ -218,7 +217,7 @@ impl Graph {
     /// Edge count (sum of out-degrees).
     #[inline]
     pub fn edges(&self) -> u64 {
-        self.edges
+        self.idx.edges
     }
 
     #[inline]
@@ -331,7 +330,7 @@ pub(crate) mod tests {
         let c = Graph::new(Spec { seed: 0x5eed_caff, ..spec });
         assert!(!Arc::ptr_eq(&a.idx, &c.idx));
         let fresh = Degrees::draw(a.idx.key, &spec, &a.perm, a.bits);
-        assert_eq!((&fresh.deg, &fresh.escapes, &fresh.block_off, fresh.edges), (&a.idx.deg, &a.idx.escapes, &a.idx.block_off, a.edges));
+        assert_eq!((&fresh.deg, &fresh.escapes, &fresh.block_off, fresh.edges), (&a.idx.deg, &a.idx.escapes, &a.idx.block_off, a.edges()));
         assert_ne!(c.idx.deg, a.idx.deg);
     }
 
