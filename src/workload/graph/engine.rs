@@ -336,6 +336,44 @@ pub fn written_zeros<T: Clone + Default>(n: usize) -> Vec<T> {
     v
 }
 
+/// `n` copies of one `f32` on host pages that stay untouched until used. Each entry is kept
+/// as its bits XOR the start value's, so the start state is all-zero bytes, which a large
+/// allocation gets from the host kernel without writing it; a filled `vec![x; n]` writes (and
+/// faults in) every page at once. For an array a run reads only a little of before writing it:
+/// pr's `rank` at 8 GiB is 400 MB, of which a study's 4 M-access run reads a few pages
+/// (docs/performance.md, "pr's ranks kept untouched"). The values read back are exactly those
+/// of the filled array (XOR with a constant is its own inverse). An array whose entries are
+/// read at random before being written gains nothing: each read maps the host's zero page and
+/// the later write faults again ([`written_zeros`]).
+pub struct Untouched32 {
+    bits: Vec<u32>,
+    start: u32,
+}
+
+impl Untouched32 {
+    /// `n` entries of `value`.
+    pub fn new(n: usize, value: f32) -> Untouched32 {
+        Untouched32 { bits: vec![0; n], start: value.to_bits() }
+    }
+
+    /// Entry `i`.
+    #[inline(always)]
+    pub fn get(&self, i: usize) -> f32 {
+        f32::from_bits(self.bits[i] ^ self.start)
+    }
+
+    /// Sets entry `i`.
+    #[inline(always)]
+    pub fn set(&mut self, i: usize, v: f32) {
+        self.bits[i] = v.to_bits() ^ self.start;
+    }
+
+    /// Every entry, in order.
+    pub fn iter(&self) -> impl Iterator<Item = f32> + '_ {
+        self.bits.iter().map(|&b| f32::from_bits(b ^ self.start))
+    }
+}
+
 /// Maps `len` bytes of per-run data (the program's malloc), at least one page.
 pub fn alloc(vm: &mut dyn Vm, len: u64) -> Result<u64> {
     vm.mmap(len.max(4096), MapFlags::default())
@@ -549,6 +587,23 @@ impl Frontier {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An untouched array reads as its start value until set, and back as what was set, bit
+    /// for bit (a NaN, a negative zero, the start value's own bits).
+    #[test]
+    fn untouched_arrays_read_their_start_value_until_set() {
+        let mut a = Untouched32::new(3000, 1.0 / 3.0);
+        assert!(a.iter().all(|x| x.to_bits() == (1.0f32 / 3.0).to_bits()));
+        let odd = [f32::NAN, -0.0, 1.0 / 3.0, f32::MIN_POSITIVE, 7.5];
+        for (i, &v) in odd.iter().enumerate() {
+            a.set(i * 600, v);
+        }
+        for (i, &v) in odd.iter().enumerate() {
+            assert_eq!(a.get(i * 600).to_bits(), v.to_bits());
+        }
+        assert_eq!(a.get(1).to_bits(), (1.0f32 / 3.0).to_bits());
+        assert_eq!(a.iter().count(), 3000);
+    }
 
     /// The kernels' zeroed arrays read as zeros of the asked length, whatever their type.
     #[test]

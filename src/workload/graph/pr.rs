@@ -13,7 +13,7 @@
 //! `cols` 4, `next[v]` 2, CAS 4 (add, movq, lock cmpxchg, branch), sweep 3 + 2 + 5 + 2.
 
 use super::csr::Graph;
-use super::engine::{alloc_init, static_share, written_zeros, Kernel, Lane, Runner, Walk};
+use super::engine::{alloc_init, static_share, written_zeros, Kernel, Lane, Runner, Untouched32, Walk};
 use super::{common, graph_params, SORTED_PARAM};
 use crate::error::Result;
 use crate::workload::{ParamInfo, Params, Vm, Workload, WorkloadEntry};
@@ -65,8 +65,9 @@ pub(crate) fn runner(p: &Params, seed: u64) -> Result<Runner<Pr>> {
 /// PageRank state.
 pub struct Pr {
     /// Current rank of every vertex (f32 on the host to keep it at 12 bytes per vertex; the
-    /// sums are accumulated in f64).
-    pub rank: Vec<f32>,
+    /// sums are accumulated in f64). Untouched until used: a short run of a large graph reads
+    /// the ranks of the few vertices it reaches.
+    pub rank: Untouched32,
     /// Iterations completed.
     pub done: u32,
     next: Vec<f64>,
@@ -85,7 +86,7 @@ impl Pr {
     pub fn new(g: &Graph, iterations: u32, damping: f64, threads: usize) -> Pr {
         let n = g.n() as usize;
         let mut p = Pr {
-            rank: vec![1.0 / n as f32; n],
+            rank: Untouched32::new(n, 1.0 / n as f32),
             done: 0,
             next: written_zeros(n),
             iterations,
@@ -129,7 +130,7 @@ impl Kernel for Pr {
                 lane.ld(ra, 8, IP_SW + 4, 2);
                 lane.st(ra, 8, IP_SW + 8, 5);
                 lane.st(na, 8, IP_SW + 12, 2);
-                self.rank[v as usize] = (self.base + self.next[v as usize]) as f32;
+                self.rank.set(v as usize, (self.base + self.next[v as usize]) as f32);
                 self.next[v as usize] = 0.0;
             }
             w.lo = end;
@@ -145,7 +146,7 @@ impl Kernel for Pr {
             lane.ld(g.off_addr(u) + 8, 8, IP_OFF + 4, 2);
             lane.ld(self.rank_at + 8 * u64::from(u), 8, IP_RANK, 6);
             let (_, deg) = w.open(g, u);
-            let r = f64::from(self.rank[u as usize]);
+            let r = f64::from(self.rank.get(u as usize));
             if deg == 0 {
                 self.dangling[t] += r;
             }
@@ -154,7 +155,7 @@ impl Kernel for Pr {
         // The contribution of the open vertex: recomputed per thread, as the kernel holds it in
         // a register.
         let u = w.u;
-        let c = self.damping * f64::from(self.rank[u as usize]) / w.deg as f64;
+        let c = self.damping * f64::from(self.rank.get(u as usize)) / w.deg as f64;
         let e0 = w.e0;
         for k in w.slice(g) {
             let v = w.nbr[k];
@@ -229,7 +230,7 @@ mod tests {
         let mut r = runner(&p, 21).unwrap();
         let s = run(&mut r);
         assert_eq!(r.k.done, 8);
-        check(&r.k.rank, &reference(&r.g, 8, 0.85));
+        check(&r.k.rank.iter().collect::<Vec<_>>(), &reference(&r.g, 8, 0.85));
         // Every edge pushed once per iteration.
         assert_eq!(s[0].iter().filter(|a| a.ip == IP_COL).count() as u64, 8 * r.g.edges());
     }
@@ -239,7 +240,7 @@ mod tests {
         let p = params("pr", &[("vertices", "2000"), ("max_accesses", "0"), ("iterations", "5"), ("threads", "2")]);
         let mut r = runner(&p, 21).unwrap();
         let s = run(&mut r);
-        check(&r.k.rank, &reference(&r.g, 5, 0.85));
+        check(&r.k.rank.iter().collect::<Vec<_>>(), &reference(&r.g, 5, 0.85));
         assert!(s.iter().all(|x| !x.is_empty()));
         let cols: usize = s.iter().map(|x| x.iter().filter(|a| a.ip == IP_COL).count()).sum();
         assert_eq!(cols as u64, 5 * r.g.edges());
