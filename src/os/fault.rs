@@ -144,13 +144,24 @@ impl<D: Driver> Os<D> {
         Ok(())
     }
 
-    /// Faults in every page of `[addr, addr+len)` in address order.
+    /// Faults in every page of `[addr, addr+len)` in address order. The first page faulted in
+    /// tells the size the rest will likely get, and the ground truth makes room for them at once
+    /// rather than doubling its table all along a large range (host time only).
     pub fn populate(&mut self, asid: u16, addr: u64, len: u64) -> Result<()> {
         let mut va = PageSize::K4.align_down(addr);
+        let mut reserved = false;
         while va < addr + len {
             let t = match self.truth(asid, va) {
                 Some(t) => t,
-                None => self.fault(asid, va)?,
+                None => {
+                    let t = self.fault(asid, va)?;
+                    if !reserved {
+                        reserved = true;
+                        let more = (addr + len - va) / t.size.bytes();
+                        self.procs[asid as usize].truth.reserve(t.size, more as usize);
+                    }
+                    t
+                }
             };
             va = t.size.align_down(va) + t.size.bytes();
         }

@@ -42,6 +42,12 @@ impl Truth {
         self.maps[size.index()].insert(va >> size.shift(), pa);
     }
 
+    /// Makes room for `more` mappings of `size` beyond those held, so that as many inserts do
+    /// not grow the table step by step (a hint: changes no mapping).
+    pub fn reserve(&mut self, size: PageSize, more: usize) {
+        self.maps[size.index()].reserve(more);
+    }
+
     /// Forgets a mapping.
     pub fn remove(&mut self, va: u64, size: PageSize) -> Option<u64> {
         self.maps[size.index()].remove(va >> size.shift())
@@ -224,10 +230,27 @@ impl VpnTable {
         }
     }
 
+    /// Room for `more` keys beyond those held: the buckets [`VpnTable::insert`] would have
+    /// doubled to by then, allocated at once (one re-placement instead of one per doubling).
+    pub fn reserve(&mut self, more: usize) {
+        let want = self.len.saturating_add(more);
+        let mut n = self.buckets.len().max(Self::MIN);
+        while want * 4 > n * 3 {
+            n *= 2;
+        }
+        if n > self.buckets.len() {
+            self.resize(n);
+        }
+    }
+
     /// Twice the buckets (or the first [`VpnTable::MIN`]), every key re-placed.
     #[cold]
     fn grow(&mut self) {
-        let n = (self.buckets.len() * 2).max(Self::MIN);
+        self.resize((self.buckets.len() * 2).max(Self::MIN));
+    }
+
+    /// `n` buckets (a power of two that holds every key at most 3/4 full), every key re-placed.
+    fn resize(&mut self, n: usize) {
         let old = std::mem::replace(&mut self.buckets, vec![Bucket { vpn: EMPTY, pa: 0 }; n]);
         self.shift = 64 - n.trailing_zeros();
         self.len = 0;
@@ -299,6 +322,31 @@ mod tests {
             let mut want: Vec<_> = m.into_iter().collect();
             want.sort_unstable();
             assert_eq!(all, want);
+        }
+    }
+
+    /// A reservation allocates the buckets that inserting that many keys would have doubled to,
+    /// once: the inserts after it do not grow the table, which holds the same mappings as one
+    /// grown step by step (reserving on a table that holds keys re-places them).
+    #[test]
+    fn reserved_tables_hold_the_same_and_do_not_grow() {
+        for (held, more) in [(0u64, 1000u64), (300, 5000), (0, 12), (40, 0)] {
+            let (mut grown, mut reserved) = (VpnTable::default(), VpnTable::default());
+            for k in 0..held {
+                grown.insert(k * 3, k);
+                reserved.insert(k * 3, k);
+            }
+            reserved.reserve(more as usize);
+            let buckets = reserved.buckets.len();
+            for k in held..held + more {
+                grown.insert(k * 3, k);
+                reserved.insert(k * 3, k);
+            }
+            assert_eq!(reserved.buckets.len(), buckets, "no growth after reserving {more}");
+            assert_eq!(reserved.buckets.len(), grown.buckets.len(), "the size doubling reaches");
+            for k in 0..(held + more) * 3 + 1 {
+                assert_eq!(reserved.get(k), grown.get(k), "key {k}");
+            }
         }
     }
 
