@@ -156,8 +156,11 @@ impl<D: Driver> Os<D> {
                 None => {
                     let t = self.fault(asid, va)?;
                     if !reserved {
+                        // No more than the free frames can back: a range beyond them fails or
+                        // swaps, and its reservation must not outgrow the simulated memory.
                         reserved = true;
-                        let more = (addr + len - va) / t.size.bytes();
+                        let pages = t.size.bytes() >> 12;
+                        let more = ((addr + len - va) / t.size.bytes()).min(self.phys.free_pages() / pages + 1);
                         self.procs[asid as usize].truth.reserve(t.size, more as usize);
                     }
                     t
