@@ -588,11 +588,13 @@ impl Frontier {
 mod tests {
     use super::*;
 
-    /// An untouched array reads as its start value until set, and back as what was set, bit
-    /// for bit (a NaN, a negative zero, the start value's own bits).
+    /// An untouched array starts as zero bytes, reads as its start value until set, and back as
+    /// what was set, bit for bit (a NaN, a negative zero, the start value's own bits).
     #[test]
     fn untouched_arrays_read_their_start_value_until_set() {
         let mut a = Untouched32::new(3000, 1.0 / 3.0);
+        // The start state is zero bytes: what lets the allocator hand over untouched pages.
+        assert!(a.bits.iter().all(|&b| b == 0));
         assert!(a.iter().all(|x| x.to_bits() == (1.0f32 / 3.0).to_bits()));
         let odd = [f32::NAN, -0.0, 1.0 / 3.0, f32::MIN_POSITIVE, 7.5];
         for (i, &v) in odd.iter().enumerate() {
