@@ -721,6 +721,14 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
 
     const PREFETCHES_LATE: bool = G::PREFETCHES_LATE;
 
+    const HINTS_FRAME: bool = G::HINTS_FRAME;
+
+    /// The guest driver's: the guest frame, from the guest entry the first stage brought in.
+    #[inline]
+    fn frame_hint(&self, s: &NestedSpace<G>, va: u64) -> Option<u64> {
+        self.guest.frame_hint(&s.guest, va)
+    }
+
     /// The guest driver's second stage (its walk is the guest dimension of the 2-D walk).
     #[inline]
     fn prefetch_late(&self, s: &NestedSpace<G>, va: u64) {

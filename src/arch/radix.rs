@@ -297,6 +297,40 @@ impl Radix {
         &mut s.node_mut(id).pte
     }
 
+    /// The host prefetch's descent ([`Driver::prefetch`], [`Driver::frame_hint`]): from the
+    /// level-2 table remembered for `va`'s 1 GiB region ([`RadixSpace::near`]) or else from the
+    /// root, down to the entry a walk of `va` ends at (a level-1 slot, present or not, or a huge
+    /// leaf): its table, index and level. `None` where an upper entry is not present. Reads only
+    /// host memory a recent walk or prefetch brought in, but for that last entry.
+    #[inline(always)]
+    fn last_entry<'s>(&self, s: &'s RadixSpace, va: u64) -> Option<(&'s Node, usize, u8)> {
+        let region = va >> 30;
+        let near = &s.near[region as usize % NEAR];
+        let (mut id, mut level) = match near.get() {
+            m if m >> 32 == region => (m as u32, 2),
+            _ => (s.root, self.levels),
+        };
+        loop {
+            if level == 2 {
+                near.set(region << 32 | u64::from(id));
+            }
+            let n = s.node(id);
+            let i = index(va, level);
+            if level == 1 {
+                return Some((n, i, 1));
+            }
+            let e = n.pte[i];
+            if e & PRESENT == 0 {
+                return None;
+            }
+            if e & HUGE != 0 {
+                return Some((n, i, level));
+            }
+            id = n.child[i];
+            level -= 1;
+        }
+    }
+
     /// The hardware walk of [`Driver::walk`], also returning the raw leaf entry (so a driver built
     /// on this table can read hint bits such as arm64's contiguous bit). Sets the leaf's accessed
     /// bit, as x86 walkers and ARMv8.1 hardware access-flag management do.
@@ -609,32 +643,24 @@ impl Driver for Radix {
     /// end at: the leaf a random workload misses on in host memory.
     #[inline]
     fn prefetch(&self, s: &RadixSpace, va: u64) -> Option<u64> {
-        let region = va >> 30;
-        let near = &s.near[region as usize % NEAR];
-        let (mut id, mut level) = match near.get() {
-            m if m >> 32 == region => (m as u32, 2),
-            _ => (s.root, self.levels),
-        };
-        loop {
-            if level == 2 {
-                near.set(region << 32 | u64::from(id));
-            }
-            let n = s.node(id);
-            let i = index(va, level);
-            if level == 1 {
-                crate::mem::host_prefetch(&n.pte[i]);
-                return Some(n.pfn.addr() + (i as u64) * 8);
-            }
-            let e = n.pte[i];
-            if e & PRESENT == 0 {
-                return None;
-            }
-            if e & HUGE != 0 {
-                return Some(n.pfn.addr() + (i as u64) * 8); // read above: already in the host's cache
-            }
-            id = n.child[i];
-            level -= 1;
-        }
+        let (n, i, level) = self.last_entry(s, va)?;
+        if level == 1 {
+            crate::mem::host_prefetch(&n.pte[i]);
+        } // else: a huge leaf, read on the way down and already in the host's cache
+        Some(n.pfn.addr() + (i as u64) * 8)
+    }
+
+    const HINTS_FRAME: bool = true;
+
+    /// The leaf [`Driver::prefetch`] brought in, read: the tables' own answer, which the walk a
+    /// few accesses later will read too (so its host page is in the host's TLB, where the ground
+    /// truth's, touched only for this, is not).
+    #[inline]
+    fn frame_hint(&self, s: &RadixSpace, va: u64) -> Option<u64> {
+        let (n, i, level) = self.last_entry(s, va)?;
+        let e = n.pte[i];
+        let size = level_size(level);
+        (e & PRESENT != 0).then(|| (e & ADDR_MASK & !size.offset_mask()) | (va & size.offset_mask()))
     }
 
     /// 4 levels: 2^47; 5 levels (LA57): 2^56.
@@ -792,10 +818,15 @@ mod tests {
             assert_eq!(entry, Some(plan.refs.last().unwrap().paddr), "{va:#x}");
         }
         assert_eq!(r.prefetch(&s, 0x9999_0000), None);
+        // The frame hint reads the entry the prefetch named: the walk's answer.
+        assert_eq!(r.frame_hint(&s, 0x1234_5678), Some(0x8678));
+        assert_eq!(r.frame_hint(&s, 0x7f00_0021_2345), Some(0x4001_2345));
+        assert_eq!(r.frame_hint(&s, 0x1234_6000), None, "an empty slot of a live leaf table");
+        assert_eq!(r.frame_hint(&s, 0x9999_0000), None);
     }
 
     /// The prefetch's shortcut past the upper levels ([`RadixSpace::near`]) never names an entry
-    /// the walk would not read: across unmaps that free tables, ids reused by tables of other
+    /// the walk would not read, and the frame hint read there is the walk's answer: across unmaps that free tables, ids reused by tables of other
     /// regions, and regions sharing a shortcut slot, every prefetch still ends where the walk
     /// does, or names nothing where nothing is mapped.
     #[test]
@@ -821,6 +852,7 @@ mod tests {
                 let entry = r.prefetch(s, probe);
                 let (mut plan, mut wc) = (WalkPlan::default(), r.new_walk_cache());
                 let walked = r.walk(s, &mut wc, 1, probe, &mut plan);
+                assert_eq!(r.frame_hint(s, probe), walked.map(|t| t.paddr(probe)), "{levels} levels, step {step}, {probe:#x}");
                 if walked.is_some() {
                     assert_eq!(entry, Some(plan.refs.last().unwrap().paddr), "{levels} levels, step {step}, {probe:#x}");
                 } else if let Some(e) = entry {

@@ -853,7 +853,7 @@ fn step_page_run<D: Driver, M: Mode>(
 #[inline(always)]
 fn prefetch_walk<D: Driver, T: TimingModel, M: Mode>(eng: &Engine<D, T>, c: usize, a: &Access) {
     if let Some(p) = eng.os.procs.get(a.asid as usize) {
-        if M::PERFECT || M::CHECKED || D::PREFETCHES_FRAME {
+        if M::PERFECT || M::CHECKED || (D::PREFETCHES_FRAME && !D::HINTS_FRAME) {
             p.truth.prefetch(a.vaddr);
         }
         if M::PERFECT {
@@ -868,7 +868,9 @@ fn prefetch_walk<D: Driver, T: TimingModel, M: Mode>(eng: &Engine<D, T>, c: usiz
 /// The second stage of the host prefetch for access `a`, half as far ahead as the first: what
 /// the entries [`prefetch_walk`] brought in earlier name ([`Driver::prefetch_late`]), and for
 /// drivers whose walk goes on from the translated frame ([`Driver::prefetch_frame`]) that part of
-/// the walk; the frame comes from the ground truth, whose bucket `prefetch_walk` brought in too.
+/// the walk. The frame comes from the driver's own entry where it names it ([`Driver::frame_hint`]:
+/// memory the walks keep in the host's TLB), else from the ground truth, whose bucket
+/// `prefetch_walk` brought in too.
 #[inline(always)]
 fn prefetch_second<D: Driver, T: TimingModel>(eng: &Engine<D, T>, c: usize, a: &Access) {
     let Some(p) = eng.os.procs.get(a.asid as usize) else { return };
@@ -878,10 +880,13 @@ fn prefetch_second<D: Driver, T: TimingModel>(eng: &Engine<D, T>, c: usize, a: &
     if !D::PREFETCHES_FRAME {
         return;
     }
-    if let Some((pa, size)) = p.truth.lookup(a.vaddr) {
-        if let Some(entry) = eng.os.driver.prefetch_frame(pa + (a.vaddr & size.offset_mask())) {
-            eng.mem.prefetch(c, entry);
-        }
+    let pa = if D::HINTS_FRAME {
+        eng.os.driver.frame_hint(&p.space, a.vaddr)
+    } else {
+        p.truth.lookup(a.vaddr).map(|(pa, size)| pa + (a.vaddr & size.offset_mask()))
+    };
+    if let Some(entry) = pa.and_then(|pa| eng.os.driver.prefetch_frame(pa)) {
+        eng.mem.prefetch(c, entry);
     }
 }
 

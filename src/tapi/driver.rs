@@ -104,6 +104,20 @@ pub trait Driver: Tdb + Sized + 'static {
         None
     }
 
+    /// Whether [`Driver::frame_hint`] answers: the host prefetch's second stage then takes the
+    /// frame from it instead of from the ground truth. Default: false.
+    const HINTS_FRAME: bool = false;
+
+    /// The physical address `va` maps to as the translation structure itself holds it, read
+    /// host-side from the entry [`Driver::prefetch`] brought in a few accesses earlier (`None` if
+    /// not mapped there): for a nested driver's second stage, the guest frame its host walk
+    /// starts from ([`Driver::prefetch_frame`]). A hint like the prefetch: must change no
+    /// simulated state and no counter, and a wrong answer costs only host time. Default: nothing.
+    #[inline(always)]
+    fn frame_hint(&self, _space: &Self::Space, _va: u64) -> Option<u64> {
+        None
+    }
+
     /// Whether the host prefetch has a second stage that needs only the address
     /// ([`Driver::prefetch_late`]). Default: false, which costs the loop nothing.
     const PREFETCHES_LATE: bool = false;
