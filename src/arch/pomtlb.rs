@@ -777,6 +777,28 @@ impl<W: PomWalker> Driver for PomTlb<W> {
         self.walker.prefetch(&s.walker, va)
     }
 
+    // A nested walker's later prefetch stages (`pomtlb@host`): the walk after a miss is its walk.
+    const PREFETCHES_FRAME: bool = W::PREFETCHES_FRAME;
+
+    #[inline]
+    fn prefetch_frame(&self, pa: u64) -> Option<u64> {
+        self.walker.prefetch_frame(pa)
+    }
+
+    const HINTS_FRAME: bool = W::HINTS_FRAME;
+
+    #[inline]
+    fn frame_hint(&self, s: &PomTlbSpace<W>, va: u64) -> Option<u64> {
+        self.walker.frame_hint(&s.walker, va)
+    }
+
+    const PREFETCHES_LATE: bool = W::PREFETCHES_LATE;
+
+    #[inline]
+    fn prefetch_late(&self, s: &PomTlbSpace<W>, va: u64) {
+        self.walker.prefetch_late(&s.walker, va)
+    }
+
     fn invalidate_walk_cache(&self, wc: &mut PomWalkCache<W>, asid: u16, start: u64, end: u64) {
         self.walker.invalidate_walk_cache(&mut wc.walker, asid, start, end)
     }
