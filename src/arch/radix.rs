@@ -65,6 +65,13 @@ fn index(va: u64, level: u8) -> usize {
     ((va >> entry_shift(level)) & 511) as usize
 }
 
+/// The translation a present leaf entry `e` at `level` gives.
+#[inline(always)]
+fn leaf_translation(e: u64, level: u8) -> Translation {
+    let size = level_size(level);
+    Translation { pbase: e & ADDR_MASK & !size.offset_mask(), size }
+}
+
 /// One 4 KiB table page.
 struct Node {
     pfn: Pfn,
@@ -371,14 +378,13 @@ impl Radix {
             }
             if level == 1 || e & HUGE != 0 {
                 plan.unfiltered += (top - level + 1) as u32;
-                let size = level_size(level);
                 // Hardware access-flag management (x86's A bit; ARMv8.1 AF with TCR_EL1.HA): the
                 // walker marks the leaf it used. Only the entry changes; timing does not model the
                 // write (docs/os-model.md, "Accessed bits").
                 if e & ACCESSED == 0 {
                     s.node_mut(id).pte[i] = e | ACCESSED;
                 }
-                return Some((Translation { pbase: e & ADDR_MASK & !size.offset_mask(), size }, e | ACCESSED));
+                return Some((leaf_translation(e, level), e | ACCESSED));
             }
             let child = n.child[i];
             // ChampSim fills the PSC of each level it reads a table pointer at (`handle_fill`)
@@ -659,8 +665,7 @@ impl Driver for Radix {
     fn frame_hint(&self, s: &RadixSpace, va: u64) -> Option<u64> {
         let (n, i, level) = self.last_entry(s, va)?;
         let e = n.pte[i];
-        let size = level_size(level);
-        (e & PRESENT != 0).then(|| (e & ADDR_MASK & !size.offset_mask()) | (va & size.offset_mask()))
+        (e & PRESENT != 0).then(|| leaf_translation(e, level).paddr(va))
     }
 
     /// 4 levels: 2^47; 5 levels (LA57): 2^56.
@@ -826,9 +831,10 @@ mod tests {
     }
 
     /// The prefetch's shortcut past the upper levels ([`RadixSpace::near`]) never names an entry
-    /// the walk would not read, and the frame hint read there is the walk's answer: across unmaps that free tables, ids reused by tables of other
-    /// regions, and regions sharing a shortcut slot, every prefetch still ends where the walk
-    /// does, or names nothing where nothing is mapped.
+    /// the walk would not read, and the frame hint read there is the walk's answer: across unmaps
+    /// that free tables, ids reused by tables of other regions, and regions sharing a shortcut
+    /// slot, every prefetch still ends where the walk does, or names nothing where nothing is
+    /// mapped.
     #[test]
     fn prefetch_shortcut_follows_freed_and_reused_tables() {
         on_both_depths(|levels, r, s, env| {

@@ -69,13 +69,16 @@ fn prefetch_names_a_reference_of_the_2d_walk() {
 }
 
 /// The second stage of the prefetch, given the guest frame, names the host entry of the 2-D
-/// walk's last host walk (the one that translates the data page).
+/// walk's last host walk (the one that translates the data page); the guest frame it is given,
+/// read from the guest's own leaf (`frame_hint`), is the guest OS's mapping.
 #[test]
 fn prefetch_frame_names_the_data_pages_host_entry() {
     let (mut os, a, base) = radix_vm("radix4@radix4", NO_CACHES);
+    assert!(<Nested<Radix, Radix> as Driver>::PREFETCHES_FRAME && <Nested<Radix, Radix> as Driver>::HINTS_FRAME);
     let mut wc = os.driver.new_walk_cache();
     for va in [base + 0x1234, base + (3 << 20) + 0x10] {
         let gpa = os.truth(a, va).unwrap().paddr(va);
+        assert_eq!(os.driver.frame_hint(&os.procs[a as usize].space, va), Some(gpa), "{va:#x}");
         let entry = os.driver.prefetch_frame(gpa).expect("backed by the host");
         let plan = walk(&mut os, &mut wc, a, va);
         let last = plan.refs.last().unwrap();
@@ -212,6 +215,12 @@ fn pomtlb_nests_in_front_of_the_2d_walk() {
     // Warm: the entry holds gVA → hPA, so one probe replaces the whole 2-D walk.
     let warm = walk(&mut os, base + 0x1238);
     assert_eq!(warm.refs.iter().map(|r| r.paddr).collect::<Vec<_>>(), cold.refs[..4].iter().map(|r| r.paddr).collect::<Vec<_>>());
+    // The walk after a miss is the 2-D walk: its later prefetch stages are the nested walker's.
+    type P = PomTlb<Nested<Radix, Radix>>;
+    assert!(<P as Driver>::PREFETCHES_FRAME && <P as Driver>::HINTS_FRAME);
+    let gpa = os.truth(a, base + 0x1234).unwrap().paddr(base + 0x1234);
+    assert_eq!(os.driver.frame_hint(&os.procs[a as usize].space, base + 0x1234), Some(gpa));
+    assert_eq!(os.driver.prefetch_frame(gpa), Some(cold.refs[31].paddr), "the data page's host entry");
     // The arrays live in the hypervisor's memory, not the guest's.
     let host = &os.driver.walker().host.phys;
     assert!((host.total_pages() - host.free_pages()) << 12 >= os.driver.metrics()["pomtlb_bytes"].as_u64().unwrap());
