@@ -74,7 +74,7 @@ fn prefetch_names_a_reference_of_the_2d_walk() {
 #[test]
 fn prefetch_frame_names_the_data_pages_host_entry() {
     let (mut os, a, base) = radix_vm("radix4@radix4", NO_CACHES);
-    assert!(<Nested<Radix, Radix> as Driver>::PREFETCHES_FRAME && <Nested<Radix, Radix> as Driver>::HINTS_FRAME);
+    const { assert!(<Nested<Radix, Radix> as Driver>::PREFETCHES_FRAME && <Nested<Radix, Radix> as Driver>::HINTS_FRAME) };
     let mut wc = os.driver.new_walk_cache();
     for va in [base + 0x1234, base + (3 << 20) + 0x10] {
         let gpa = os.truth(a, va).unwrap().paddr(va);
@@ -217,7 +217,7 @@ fn pomtlb_nests_in_front_of_the_2d_walk() {
     assert_eq!(warm.refs.iter().map(|r| r.paddr).collect::<Vec<_>>(), cold.refs[..4].iter().map(|r| r.paddr).collect::<Vec<_>>());
     // The walk after a miss is the 2-D walk: its later prefetch stages are the nested walker's.
     type P = PomTlb<Nested<Radix, Radix>>;
-    assert!(<P as Driver>::PREFETCHES_FRAME && <P as Driver>::HINTS_FRAME);
+    const { assert!(<P as Driver>::PREFETCHES_FRAME && <P as Driver>::HINTS_FRAME) };
     let gpa = os.truth(a, base + 0x1234).unwrap().paddr(base + 0x1234);
     assert_eq!(os.driver.frame_hint(&os.procs[a as usize].space, base + 0x1234), Some(gpa));
     assert_eq!(os.driver.prefetch_frame(gpa), Some(cold.refs[31].paddr), "the data page's host entry");
