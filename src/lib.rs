@@ -13,6 +13,7 @@ pub mod error;
 pub mod fsutil;
 #[doc(hidden)]
 pub mod fuzz;
+pub mod hostmem;
 pub mod mem;
 pub mod mmu;
 pub mod os;

@@ -9,6 +9,10 @@ use xlate::error::{Error, Result};
 use xlate::sim::progress::{Progress, Show, Total};
 use xlate::{arch, report, sim, trace, workload};
 
+/// Large blocks on the host's transparent huge pages (`xlate::hostmem`).
+#[global_allocator]
+static ALLOC: xlate::hostmem::HugePageAlloc = xlate::hostmem::HugePageAlloc;
+
 #[derive(Parser)]
 #[command(name = "xlate", version, about = "Simulate virtual-memory translation designs side by side under one OS model")]
 struct Cli {

@@ -19,6 +19,10 @@ use xlate::sweep::record::{Manifest, ManifestPoint, Record, Status, SweepDir};
 use xlate::sweep::runner;
 use xlate::{arch, report, sim, trace, workload};
 
+/// Large blocks on the host's transparent huge pages (`xlate::hostmem`).
+#[global_allocator]
+static ALLOC: xlate::hostmem::HugePageAlloc = xlate::hostmem::HugePageAlloc;
+
 /// The Python exception for a simulator error: `ConfigError` for a bad key or value,
 /// `UnknownNameError` (a `ConfigError`) for a design, workload or preset that does not exist,
 /// `TraceError` for a malformed trace, `XlateError` for the rest; the message is the CLI's.

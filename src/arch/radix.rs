@@ -72,18 +72,22 @@ fn leaf_translation(e: u64, level: u8) -> Translation {
     Translation { pbase: e & ADDR_MASK & !size.offset_mask(), size }
 }
 
-/// One 4 KiB table page.
+/// One 4 KiB table page. Kept inline in [`RadixSpace::nodes`], one large block rather than a
+/// small allocation per table, so that the host backs the tables a run reads at random with
+/// huge pages ([`crate::hostmem`]).
 struct Node {
     pfn: Pfn,
     /// Present entries (tables or leaves).
     used: u16,
-    pte: Box<[u64; 512]>,
-    child: Box<[u32; 512]>,
+    /// Whether the slot holds a table (a freed slot waits in [`RadixSpace::free_ids`]).
+    live: bool,
+    pte: [u64; 512],
+    child: [u32; 512],
 }
 
 /// One address space's page table.
 pub struct RadixSpace {
-    nodes: Vec<Option<Node>>,
+    nodes: Vec<Node>,
     free_ids: Vec<u32>,
     root: u32,
     tables: u64,
@@ -104,23 +108,29 @@ const NO_NEAR: u64 = u64::MAX;
 
 impl RadixSpace {
     fn node(&self, id: u32) -> &Node {
-        self.nodes[id as usize].as_ref().expect("live table")
+        let n = &self.nodes[id as usize];
+        assert!(n.live, "live table");
+        n
     }
     fn node_mut(&mut self, id: u32) -> &mut Node {
-        self.nodes[id as usize].as_mut().expect("live table")
+        let n = &mut self.nodes[id as usize];
+        assert!(n.live, "live table");
+        n
     }
 
     fn new_node(&mut self, env: &mut TdbEnv) -> Result<u32> {
         let pfn = env.alloc_table(0)?;
         self.tables += 1;
-        let n = Node { pfn, used: 0, pte: Box::new([0; 512]), child: Box::new([NO_CHILD; 512]) };
         Ok(match self.free_ids.pop() {
             Some(id) => {
-                self.nodes[id as usize] = Some(n);
+                let n = &mut self.nodes[id as usize];
+                (n.pfn, n.used, n.live) = (pfn, 0, true);
+                n.pte.fill(0);
+                n.child.fill(NO_CHILD);
                 id
             }
             None => {
-                self.nodes.push(Some(n));
+                self.nodes.push(Node { pfn, used: 0, live: true, pte: [0; 512], child: [NO_CHILD; 512] });
                 (self.nodes.len() - 1) as u32
             }
         })
@@ -128,10 +138,12 @@ impl RadixSpace {
 
     fn free_node(&mut self, id: u32, env: &mut TdbEnv) -> Result<()> {
         self.near.iter().for_each(|c| c.set(NO_NEAR));
-        let n = self.nodes[id as usize].take().expect("live table");
+        let n = self.node_mut(id);
+        n.live = false;
+        let pfn = n.pfn;
         self.free_ids.push(id);
         self.tables -= 1;
-        env.free_table(n.pfn, 0)
+        env.free_table(pfn, 0)
     }
 
     /// Number of table pages (for tests and reports).
@@ -408,7 +420,7 @@ impl Tdb for Radix {
 
     fn destroy_space(&mut self, mut s: RadixSpace, env: &mut TdbEnv) -> Result<()> {
         for id in 0..s.nodes.len() as u32 {
-            if s.nodes[id as usize].is_some() {
+            if s.nodes[id as usize].live {
                 s.free_node(id, env)?;
             }
         }
