@@ -72,22 +72,31 @@ fn leaf_translation(e: u64, level: u8) -> Translation {
     Translation { pbase: e & ADDR_MASK & !size.offset_mask(), size }
 }
 
-/// One 4 KiB table page. Kept inline in [`RadixSpace::nodes`], one large block rather than a
-/// small allocation per table, so that the host backs the tables a run reads at random with
-/// huge pages ([`crate::hostmem`]).
+/// One 4 KiB table page's entries and the ids of the tables they point to. Kept inline in
+/// [`RadixSpace::nodes`], one large block rather than a small allocation per table, so that the
+/// host backs the tables a run reads at random with huge pages ([`crate::hostmem`]).
 struct Node {
+    pte: [u64; 512],
+    child: [u32; 512],
+}
+
+/// What the OS keeps about a table page beside its entries: in [`RadixSpace::heads`], a compact
+/// array the host keeps in its caches (a walk reads the frame of every table it enters, and the
+/// entries of a random page's table are a host cache miss of their own).
+#[derive(Clone, Copy)]
+struct Head {
     pfn: Pfn,
     /// Present entries (tables or leaves).
     used: u16,
     /// Whether the slot holds a table (a freed slot waits in [`RadixSpace::free_ids`]).
     live: bool,
-    pte: [u64; 512],
-    child: [u32; 512],
 }
 
 /// One address space's page table.
 pub struct RadixSpace {
     nodes: Vec<Node>,
+    /// Each table's [`Head`], by the same id.
+    heads: Vec<Head>,
     free_ids: Vec<u32>,
     root: u32,
     tables: u64,
@@ -108,14 +117,20 @@ const NO_NEAR: u64 = u64::MAX;
 
 impl RadixSpace {
     fn node(&self, id: u32) -> &Node {
-        let n = &self.nodes[id as usize];
-        assert!(n.live, "live table");
-        n
+        assert!(self.head(id).live, "live table");
+        &self.nodes[id as usize]
     }
     fn node_mut(&mut self, id: u32) -> &mut Node {
-        let n = &mut self.nodes[id as usize];
-        assert!(n.live, "live table");
-        n
+        assert!(self.head(id).live, "live table");
+        &mut self.nodes[id as usize]
+    }
+    fn head(&self, id: u32) -> &Head {
+        &self.heads[id as usize]
+    }
+    fn head_mut(&mut self, id: u32) -> &mut Head {
+        let h = &mut self.heads[id as usize];
+        assert!(h.live, "live table");
+        h
     }
 
     fn new_node(&mut self, env: &mut TdbEnv) -> Result<u32> {
@@ -123,14 +138,15 @@ impl RadixSpace {
         self.tables += 1;
         Ok(match self.free_ids.pop() {
             Some(id) => {
+                self.heads[id as usize] = Head { pfn, used: 0, live: true };
                 let n = &mut self.nodes[id as usize];
-                (n.pfn, n.used, n.live) = (pfn, 0, true);
                 n.pte.fill(0);
                 n.child.fill(NO_CHILD);
                 id
             }
             None => {
-                self.nodes.push(Node { pfn, used: 0, live: true, pte: [0; 512], child: [NO_CHILD; 512] });
+                self.heads.push(Head { pfn, used: 0, live: true });
+                self.nodes.push(Node { pte: [0; 512], child: [NO_CHILD; 512] });
                 (self.nodes.len() - 1) as u32
             }
         })
@@ -138,9 +154,9 @@ impl RadixSpace {
 
     fn free_node(&mut self, id: u32, env: &mut TdbEnv) -> Result<()> {
         self.near.iter().for_each(|c| c.set(NO_NEAR));
-        let n = self.node_mut(id);
-        n.live = false;
-        let pfn = n.pfn;
+        let h = self.head_mut(id);
+        h.live = false;
+        let pfn = h.pfn;
         self.free_ids.push(id);
         self.tables -= 1;
         env.free_table(pfn, 0)
@@ -322,7 +338,7 @@ impl Radix {
     /// leaf): its table, index and level. `None` where an upper entry is not present. Reads only
     /// host memory a recent walk or prefetch brought in, but for that last entry.
     #[inline(always)]
-    fn last_entry<'s>(&self, s: &'s RadixSpace, va: u64) -> Option<(&'s Node, usize, u8)> {
+    fn last_entry(&self, s: &RadixSpace, va: u64) -> Option<(u32, usize, u8)> {
         let region = va >> 30;
         let near = &s.near[region as usize % NEAR];
         let (mut id, mut level) = match near.get() {
@@ -333,17 +349,17 @@ impl Radix {
             if level == 2 {
                 near.set(region << 32 | u64::from(id));
             }
-            let n = s.node(id);
             let i = index(va, level);
             if level == 1 {
-                return Some((n, i, 1));
+                return Some((id, i, 1));
             }
+            let n = s.node(id);
             let e = n.pte[i];
             if e & PRESENT == 0 {
                 return None;
             }
             if e & HUGE != 0 {
-                return Some((n, i, level));
+                return Some((id, i, level));
             }
             id = n.child[i];
             level -= 1;
@@ -381,7 +397,7 @@ impl Radix {
         loop {
             let n = s.node(id);
             let i = index(va, level);
-            plan.push(n.pfn.addr() + (i as u64) * 8, step, true);
+            plan.push(s.head(id).pfn.addr() + (i as u64) * 8, step, true);
             step += 1;
             let e = n.pte[i];
             if e & PRESENT == 0 {
@@ -412,15 +428,21 @@ impl Tdb for Radix {
     type Space = RadixSpace;
 
     fn create_space(&mut self, _asid: u16, env: &mut TdbEnv) -> Result<RadixSpace> {
-        let mut s =
-            RadixSpace { nodes: Vec::new(), free_ids: Vec::new(), root: 0, tables: 0, near: std::array::from_fn(|_| Cell::new(NO_NEAR)) };
+        let mut s = RadixSpace {
+            nodes: Vec::new(),
+            heads: Vec::new(),
+            free_ids: Vec::new(),
+            root: 0,
+            tables: 0,
+            near: std::array::from_fn(|_| Cell::new(NO_NEAR)),
+        };
         s.root = s.new_node(env)?;
         Ok(s)
     }
 
     fn destroy_space(&mut self, mut s: RadixSpace, env: &mut TdbEnv) -> Result<()> {
         for id in 0..s.nodes.len() as u32 {
-            if s.nodes[id as usize].live {
+            if s.head(id).live {
                 s.free_node(id, env)?;
             }
         }
@@ -445,11 +467,11 @@ impl Tdb for Radix {
             env.cost.read(1);
             if e & PRESENT == 0 {
                 let child = s.new_node(env)?;
-                let cpfn = s.node(child).pfn;
+                let cpfn = s.head(child).pfn;
                 let n = s.node_mut(id);
                 n.pte[i] = PRESENT | WRITE | (cpfn.addr() & ADDR_MASK);
                 n.child[i] = child;
-                n.used += 1;
+                s.head_mut(id).used += 1;
                 env.cost.write(1);
             } else if e & HUGE != 0 {
                 return Err(Error::Check(format!("{:#x}: a larger page already maps this range", o.va)));
@@ -466,11 +488,10 @@ impl Tdb for Radix {
             // A table below: only an empty one may be replaced by a leaf, and tables are never empty.
             return Err(Error::Check(format!("{:#x}: smaller pages still map part of this {} range", o.va, o.size)));
         }
-        let n = s.node_mut(id);
         if e & PRESENT == 0 {
-            n.used += 1;
+            s.head_mut(id).used += 1;
         }
-        n.pte[i] = encode(o) | if e & PRESENT != 0 { e & self.keep } else { 0 };
+        s.node_mut(id).pte[i] = encode(o) | if e & PRESENT != 0 { e & self.keep } else { 0 };
         env.cost.write(1);
         Ok(())
     }
@@ -514,9 +535,10 @@ impl Tdb for Radix {
             if self.levels as usize - d > 1 {
                 n.child[i] = NO_CHILD;
             }
-            n.used -= 1;
+            let h = s.head_mut(nid);
+            h.used -= 1;
             env.cost.write(1);
-            if n.used > 0 || nid == s.root {
+            if h.used > 0 || nid == s.root {
                 break;
             }
             if s.free_node(nid, env).is_err() {
@@ -661,11 +683,11 @@ impl Driver for Radix {
     /// end at: the leaf a random workload misses on in host memory.
     #[inline]
     fn prefetch(&self, s: &RadixSpace, va: u64) -> Option<u64> {
-        let (n, i, level) = self.last_entry(s, va)?;
+        let (id, i, level) = self.last_entry(s, va)?;
         if level == 1 {
-            crate::mem::host_prefetch(&n.pte[i]);
+            crate::mem::host_prefetch(&s.node(id).pte[i]);
         } // else: a huge leaf, read on the way down and already in the host's cache
-        Some(n.pfn.addr() + (i as u64) * 8)
+        Some(s.head(id).pfn.addr() + (i as u64) * 8)
     }
 
     const HINTS_FRAME: bool = true;
@@ -675,8 +697,8 @@ impl Driver for Radix {
     /// truth's, touched only for this, is not).
     #[inline]
     fn frame_hint(&self, s: &RadixSpace, va: u64) -> Option<u64> {
-        let (n, i, level) = self.last_entry(s, va)?;
-        let e = n.pte[i];
+        let (id, i, level) = self.last_entry(s, va)?;
+        let e = s.node(id).pte[i];
         (e & PRESENT != 0).then(|| leaf_translation(e, level).paddr(va))
     }
 
