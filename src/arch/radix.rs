@@ -353,15 +353,16 @@ impl Radix {
             if level == 1 {
                 return Some((id, i, 1));
             }
+            // A table below is known by its id alone (set exactly while the entry points to a
+            // table), so the descent reads one host line per level, not two: the entry only
+            // where there is no table, to tell a huge leaf from an empty slot.
             let n = s.node(id);
-            let e = n.pte[i];
-            if e & PRESENT == 0 {
-                return None;
+            let child = n.child[i];
+            if child == NO_CHILD {
+                let e = n.pte[i];
+                return (e & PRESENT != 0 && e & HUGE != 0).then_some((id, i, level));
             }
-            if e & HUGE != 0 {
-                return Some((id, i, level));
-            }
-            id = n.child[i];
+            id = child;
             level -= 1;
         }
     }
