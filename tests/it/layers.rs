@@ -7,11 +7,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Layers, lowest first; modules on one line are siblings and may not import each other.
-/// `error` and `rng` are utilities every layer may use; `fsutil` (writing output files) uses
+/// `error` and `rng` are utilities every layer may use, and `hostmem` (the global allocator)
+/// imports nothing of the crate; `fsutil` (writing output files) uses
 /// only `error`; `fuzz` (the fuzz harness) drives everything and sits on top. `sweep` (grids,
 /// records, the parallel runner) sits under `reproduce`, whose studies run on its runner.
 const LAYERS: &[&[&str]] = &[
-    &["error", "rng"],
+    &["error", "rng", "hostmem"],
     &["fsutil"],
     &["addr"],
     &["tapi"],
