@@ -5,8 +5,10 @@
 //! every such read misses the host's TLB, and where the host is itself a virtual machine (as CI's
 //! and this project's machines are) each miss is a two-dimensional walk. Linux backs memory with
 //! 2 MiB pages only where the process asks (`transparent_hugepage=madvise`, the common default),
-//! so [`HugePageAlloc`] asks: every allocation of 2 MiB or more gets a mapping of its own, aligned
-//! to 2 MiB and advised `MADV_HUGEPAGE`. Smaller allocations go to the system allocator.
+//! so [`HugePageAlloc`] asks: every allocation of 256 KiB or more gets a mapping of its own,
+//! aligned to 2 MiB, rounded up to whole 2 MiB pages and advised `MADV_HUGEPAGE`. That includes
+//! the simulated caches' tag arrays and a large configuration's TLBs. Each such block may cost up
+//! to 2 MiB of memory more. Smaller allocations go to the system allocator.
 //! Structures made of many small blocks that a run reads at random keep them in large slabs
 //! instead (the radix page table's nodes) so that they benefit too.
 //!
@@ -19,6 +21,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 /// The host's huge-page size (x86-64 and arm64 with 4 KiB base pages).
 pub const HUGE: usize = 2 << 20;
+
+/// The smallest block that gets a mapping of its own (glibc would map it too, on 4 KiB pages).
+pub const MIN_MAPPED: usize = 256 << 10;
 
 /// The global allocator of the `xlate` binary and the Python module: large blocks on transparent
 /// huge pages, the rest from [`System`].
@@ -48,7 +53,7 @@ fn advise() -> bool {
 /// Whether a block of this layout gets a mapping of its own.
 #[inline]
 fn mapped(layout: &Layout) -> bool {
-    layout.size() >= HUGE && layout.align() <= HUGE
+    layout.size() >= MIN_MAPPED && layout.align() <= HUGE
 }
 
 /// The length of the mapping of a block of `size` bytes: whole huge pages, so that its last
@@ -205,7 +210,7 @@ mod tests {
     #[test]
     fn blocks_keep_their_contents_and_alignment() {
         let a = HugePageAlloc;
-        let sizes = [64usize, 4096, HUGE - 8, HUGE, HUGE + 1, 3 * HUGE, 5 * HUGE + 4096, 64, HUGE * 2];
+        let sizes = [64usize, 4096, MIN_MAPPED - 8, MIN_MAPPED, HUGE - 8, HUGE, HUGE + 1, 3 * HUGE, 5 * HUGE + 4096, 64, HUGE * 2];
         let layout = Layout::from_size_align(sizes[0], 8).unwrap();
         // SAFETY: every pointer is a live block of the layout it is used with; writes and reads
         // stay within `size` bytes.
@@ -221,7 +226,7 @@ mod tests {
                 for i in (0..size.min(next)).step_by(509) {
                     assert_eq!(*p.add(i), (i % 251) as u8, "byte {i} after {size} → {next}");
                 }
-                if next >= HUGE {
+                if next >= MIN_MAPPED {
                     assert_eq!(p as usize % HUGE, 0, "a mapped block is aligned to a huge page");
                 }
                 fill(p, next);
