@@ -210,7 +210,10 @@ mod tests {
     #[test]
     fn blocks_keep_their_contents_and_alignment() {
         let a = HugePageAlloc;
-        let sizes = [64usize, 4096, MIN_MAPPED - 8, MIN_MAPPED, HUGE - 8, HUGE, HUGE + 1, 3 * HUGE, 5 * HUGE + 4096, 64, HUGE * 2];
+        // Up within the small blocks, across the threshold, within and past a mapping's huge pages; down
+        // within the mapped blocks (the tail unmapped), then across the threshold; up across it again.
+        let sizes =
+            [64usize, 4096, MIN_MAPPED - 8, MIN_MAPPED, HUGE - 8, HUGE, HUGE + 1, 3 * HUGE, 5 * HUGE + 4096, HUGE + 1, 64, HUGE * 2];
         let layout = Layout::from_size_align(sizes[0], 8).unwrap();
         // SAFETY: every pointer is a live block of the layout it is used with; writes and reads
         // stay within `size` bytes.
