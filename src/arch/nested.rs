@@ -384,16 +384,16 @@ impl<G: Driver, H: Driver> Nested<G, H> {
             let (start, unfiltered) = (plan.refs.len(), plan.unfiltered);
             let space = &mut self.host.procs[VM as usize].space;
             let r = self.host.driver.walk(space, &mut wc.host, VM, hva, plan);
-            let mut last = None;
-            for h in &mut plan.refs[start..] {
-                last = Some(last.map_or(h.step, |l: u8| l.max(h.step)));
-                *h = WalkRef { paddr: h.paddr, step: step.saturating_add(h.step), needed: needed && h.needed, host: true, write: false };
+            // A plan's steps never decrease, so the host walk's last reference has its last step.
+            if let Some(last) = plan.refs[start..].last().map(|h| h.step) {
+                for h in &mut plan.refs[start..] {
+                    *h =
+                        WalkRef { paddr: h.paddr, step: step.saturating_add(h.step), needed: needed && h.needed, host: true, write: false };
+                }
+                step = step.saturating_add(last + 1);
             }
             self.stats.host_refs += (plan.refs.len() - start) as u64;
             self.stats.host_unfiltered += u64::from(plan.unfiltered - unfiltered);
-            if let Some(l) = last {
-                step = step.saturating_add(l + 1);
-            }
             match r {
                 Some(t) => {
                     // Keyed by guest-physical address: the host page covers the same aligned range of
@@ -672,6 +672,20 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
         let mut ok = true;
         while i < n && ok {
             let gstep = self.gplan.refs[i].step;
+            if self.gplan.refs.get(i + 1).is_none_or(|r| r.step != gstep) {
+                // A step of one reference (every step of a radix guest): read where its host
+                // translation ends.
+                let r = self.gplan.refs[i];
+                match self.host_translate(wc, l2, r.paddr, r.needed, step, plan) {
+                    Some((a, _, next)) => {
+                        plan.push(a, next, r.needed);
+                        step = next.saturating_add(1);
+                    }
+                    None => ok = false,
+                }
+                i += 1;
+                continue;
+            }
             let mut j = i;
             self.hpa.clear();
             let mut after = step;
