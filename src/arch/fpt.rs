@@ -641,7 +641,8 @@ impl Driver for Fpt {
                 return Some(Translation { pbase: e & ADDR_MASK & !size.offset_mask(), size });
             }
             let child = n.child[i];
-            wc.fill(asid, n.low, va, child as u64);
+            // Below the deepest PWC hit: the probe looked this level up and missed.
+            wc.fill_missed(asid, n.low, va, child as u64);
             id = child;
         }
     }

@@ -417,8 +417,13 @@ impl Radix {
             }
             let child = n.child[i];
             // ChampSim fills the PSC of each level it reads a table pointer at (`handle_fill`)
-            // with where that read went; x86 caches the pointer itself.
-            wc.fill(asid, level, va, if self.psc { id } else { child } as u64);
+            // with where that read went, the level that hit included; x86 caches the pointer
+            // itself, at levels below the deepest hit, which the probe looked up and missed.
+            if self.psc {
+                wc.fill(asid, level, va, id as u64);
+            } else {
+                wc.fill_missed(asid, level, va, child as u64);
+            }
             id = child;
             level -= 1;
         }

@@ -205,6 +205,16 @@ impl SplitPwc {
         }
     }
 
+    /// [`SplitPwc::fill`] of a level whose cache [`SplitPwc::probe`] looked up and missed in
+    /// this walk: every level an x86 walk fills, since it fills the levels below the deepest hit
+    /// (ChampSim's PSC mode re-reads and refills the level that hit, so it uses `fill`).
+    #[inline]
+    pub fn fill_missed(&mut self, asid: u16, level: u8, va: u64, payload: u64) {
+        if let Some(k) = self.levels.iter().position(|&l| l == level) {
+            self.caches[k].insert_absent(asid, va >> entry_shift(level), payload);
+        }
+    }
+
     /// Drops entries of `asid` whose region may overlap `[start, end)`.
     pub fn invalidate(&mut self, asid: u16, start: u64, end: u64) {
         for (k, c) in self.caches.iter_mut().enumerate() {

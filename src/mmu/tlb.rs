@@ -164,7 +164,10 @@ impl Tlb {
     #[inline(always)]
     pub fn lookup(&mut self, asid: u16, va: u64) -> Option<Translation> {
         // The re-hit shortcut inline in the caller; the set searches out of line.
-        self.rehit(asid, va).or_else(|| self.lookup_sets(asid, va))
+        if let Some(t) = self.rehit(asid, va) {
+            return Some(t);
+        }
+        self.lookup_sets(asid, va)
     }
 
     /// The translation of `va` if it is the most recent entry of its set (of the first size
@@ -175,44 +178,54 @@ impl Tlb {
         (tag(va >> first.shift(), asid, first) == self.mru).then(|| Translation { pbase: self.pbase[self.mru_slot], size: first })
     }
 
-    /// [`Tlb::lookup`] past the re-hit shortcut: probes a set per size held.
-    #[inline(never)]
+    /// [`Tlb::lookup`] past the re-hit shortcut: probes a set per size held. The loop is inline
+    /// and each probe out of line: with the probe's code for every set shape inside the loop,
+    /// the compiler hoisted their invariants into some 45 instructions paid on every call
+    /// (docs/performance.md, "TLB probes out of line").
+    #[inline(always)]
     fn lookup_sets(&mut self, asid: u16, va: u64) -> Option<Translation> {
         for i in 0..self.nsizes {
             let size = self.sizes[i];
             if self.held[size.index()] == 0 {
                 continue;
             }
-            let vpn = va >> size.shift();
-            let set = (vpn & self.set_mask) as usize;
-            let tg = tag(vpn, asid, size);
-            let found = match self.fa.as_deref_mut() {
-                None => self.arr.lookup(set, tg),
-                Some(fa) => {
-                    let b = FaIndex::bucket(vpn);
-                    if fa.count[size.index()][b] == 0 {
-                        continue;
-                    }
-                    let hint = usize::from(fa.way[size.index()][b]);
-                    let way = if self.arr.tag_at(0, hint) == Some(tg) {
-                        self.arr.touch(0, hint);
-                        Some(hint)
-                    } else {
-                        self.arr.lookup(0, tg)
-                    };
-                    if let Some(w) = way {
-                        fa.way[size.index()][b] = w as u16;
-                    }
-                    way
-                }
-            };
-            if let Some(way) = found {
-                let slot = self.arr.slot(set, way);
-                self.note_mru(i, tg, slot);
-                return Some(Translation { pbase: self.pbase[slot], size });
+            if let Some(t) = self.probe_size(i, size, asid, va) {
+                return Some(t);
             }
         }
         None
+    }
+
+    /// Probes the set of `va` for size `size` (the `i`th probed): a hit updates replacement
+    /// state and the re-hit shortcut.
+    #[inline(never)]
+    fn probe_size(&mut self, i: usize, size: PageSize, asid: u16, va: u64) -> Option<Translation> {
+        let vpn = va >> size.shift();
+        let set = (vpn & self.set_mask) as usize;
+        let tg = tag(vpn, asid, size);
+        let found = match self.fa.as_deref_mut() {
+            None => self.arr.lookup(set, tg),
+            Some(fa) => {
+                let b = FaIndex::bucket(vpn);
+                if fa.count[size.index()][b] == 0 {
+                    return None;
+                }
+                let hint = usize::from(fa.way[size.index()][b]);
+                let way = if self.arr.tag_at(0, hint) == Some(tg) {
+                    self.arr.touch(0, hint);
+                    Some(hint)
+                } else {
+                    self.arr.lookup(0, tg)
+                };
+                if let Some(w) = way {
+                    fa.way[size.index()][b] = w as u16;
+                }
+                way
+            }
+        };
+        let slot = self.arr.slot(set, found?);
+        self.note_mru(i, tg, slot);
+        Some(Translation { pbase: self.pbase[slot], size })
     }
 
     /// Whether an entry covers `va` (changes nothing).

@@ -78,6 +78,18 @@ impl WalkCache {
         self.data[slot] = val;
     }
 
+    /// Caches `val` for `key`, which the caller knows is absent: it looked `key` up in this walk
+    /// and missed, and nothing filled it since. Exactly [`WalkCache::insert`] (whose search could
+    /// only miss, and a miss changes nothing) without the search.
+    #[inline]
+    pub fn insert_absent(&mut self, asid: u16, key: u64, val: u64) {
+        let set = (key & self.mask) as usize;
+        let tg = tag(asid, key);
+        debug_assert!(self.arr.probe(set, tg).is_none(), "walk cache filled with a present key {key:#x}");
+        let way = self.arr.insert(set, tg).0;
+        self.data[self.arr.slot(set, way)] = val;
+    }
+
     /// Like [`WalkCache::lookup`], but returns the entry's slot (`0..entries`), for a driver that
     /// keeps a payload wider than 64 bits in an array of its own indexed by slot.
     #[inline]

@@ -38,7 +38,7 @@ impl SideLookup<Utopia> for Utopia {
                 g.stats.sf_hits += 1;
             } else {
                 plan.push(sf_line << 6, 0, true);
-                wc.sf.insert(0, sf_line, 0);
+                wc.sf.insert_absent(0, sf_line, 0);
             }
             let count = ss.sf[set];
             if count == 0 && sf_hit {
@@ -56,7 +56,7 @@ impl SideLookup<Utopia> for Utopia {
                     // After an SF miss the TAR line is fetched alongside; the walk waits for it only
                     // if the set turns out not to be empty.
                     plan.push(line << 6, 0, count != 0);
-                    wc.tar.insert(0, line, 0);
+                    wc.tar.insert_absent(0, line, 0);
                 }
             }
             if count == 0 {
@@ -79,7 +79,7 @@ impl SideLookup<Utopia> for Utopia {
         self.rsw_hits += 1;
         if let Some(ulb) = wc.ulb.as_mut() {
             let i = self.segs.iter().position(|g| g.page == t.size && g.contains(t.pbase)).expect("an RSW hit lies in a RestSeg");
-            ulb.insert(asid, ulb_key(va >> self.segs[i].shift, i), t.pbase);
+            ulb.insert_absent(asid, ulb_key(va >> self.segs[i].shift, i), t.pbase);
         }
         Some(t)
     }
