@@ -313,35 +313,41 @@ pub fn time_walk(plan: &WalkPlan, mem: &mut MemHierarchy, core: usize, entry: Wa
     };
     let mut lat = plan.fixed_cycles;
     let mut host_lat = 0u64;
-    let refs = &plan.refs;
-    let mut i = 0;
-    while i < refs.len() {
-        let step = refs[i].step;
-        let mut step_lat = 0;
-        let mut needed = false;
-        let mut host = false;
-        while i < refs.len() && refs[i].step == step {
-            let r = refs[i];
-            let (l, level) = mem.access(core, r.paddr, true, r.write, enter);
-            stats.refs_by_level[level as usize] += 1;
-            if r.host {
-                stats.host_refs_by_level[level as usize] += 1;
+    // One pass over the references (a step's are consecutive): the running step's number, its
+    // latency (of its slowest needed reference), whether any of it is needed, and whether that
+    // slowest one is a host reference. A step ends where the next begins, and after the last.
+    let mut step = plan.refs.first().map_or(0, |r| r.step);
+    let (mut step_lat, mut needed, mut host) = (0u32, false, false);
+    for r in &plan.refs {
+        if r.step != step {
+            if needed {
+                stats.serial_steps += 1;
+                if host {
+                    host_lat += step_lat as u64;
+                }
             }
-            if r.needed && (!needed || l > step_lat) {
-                step_lat = l;
-                host = r.host;
-                needed = true;
-            }
-            i += 1;
+            lat += step_lat;
+            (step, step_lat, needed, host) = (r.step, 0, false, false);
         }
-        if needed {
-            stats.serial_steps += 1;
-            if host {
-                host_lat += step_lat as u64;
-            }
+        let (l, level) = mem.access(core, r.paddr, true, r.write, enter);
+        stats.refs_by_level[level as usize] += 1;
+        if r.host {
+            stats.host_refs_by_level[level as usize] += 1;
         }
-        lat += step_lat;
+        if r.needed && (!needed || l > step_lat) {
+            step_lat = l;
+            host = r.host;
+            needed = true;
+        }
     }
+    if needed {
+        stats.serial_steps += 1;
+        if host {
+            host_lat += step_lat as u64;
+        }
+    }
+    lat += step_lat;
+    let refs = &plan.refs;
     stats.walks += 1;
     stats.host_latency_sum += host_lat;
     stats.host_hist[(host_lat as usize).min(LAT_BUCKETS)] += 1;

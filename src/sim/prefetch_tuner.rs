@@ -10,6 +10,9 @@
 //!
 //! The prefetch is a hint with no simulated effect, so the choice changes how fast the host
 //! runs, never a simulated number (the golden results do not move with it).
+//!
+//! `XLATE_HOST_PREFETCH=on` or `off` fixes the choice instead, for measuring: the trials make
+//! a run's host instruction count depend on its timing (under cachegrind, too).
 
 use std::time::Duration;
 
@@ -29,12 +32,19 @@ pub struct PrefetchTuner {
     /// Nanoseconds and accesses measured in the trial, without ([0]) and with ([1]) the prefetch.
     ns: [f64; 2],
     accesses: [u64; 2],
+    /// The choice fixed by `XLATE_HOST_PREFETCH`, if it is.
+    fixed: Option<bool>,
 }
 
 impl Default for PrefetchTuner {
     /// Starts with a trial; the prefetch is on until the first decision.
     fn default() -> Self {
-        PrefetchTuner { chunk: 0, on: true, ns: [0.0; 2], accesses: [0; 2] }
+        let fixed = match std::env::var("XLATE_HOST_PREFETCH").as_deref() {
+            Ok("on") => Some(true),
+            Ok("off") => Some(false),
+            _ => None,
+        };
+        PrefetchTuner { chunk: 0, on: fixed.unwrap_or(true), ns: [0.0; 2], accesses: [0; 2], fixed }
     }
 }
 
@@ -42,7 +52,9 @@ impl PrefetchTuner {
     /// Whether the next chunk runs the prefetch.
     #[inline]
     pub fn enabled(&self) -> bool {
-        if self.chunk < TRIAL {
+        if let Some(on) = self.fixed {
+            on
+        } else if self.chunk < TRIAL {
             self.chunk % 2 == 1
         } else {
             self.on
@@ -65,7 +77,7 @@ impl PrefetchTuner {
         }
         self.chunk += 1;
         if self.chunk == PERIOD {
-            *self = PrefetchTuner { on: self.on, ..PrefetchTuner::default() };
+            *self = PrefetchTuner { chunk: 0, ns: [0.0; 2], accesses: [0; 2], ..*self };
         }
     }
 
