@@ -139,6 +139,15 @@ mod tests {
     use super::*;
     use crate::rng::Rng;
 
+    /// Both caches hold the same tag in every way.
+    fn assert_same_tags(a: &WalkCache, b: &WalkCache) {
+        for set in 0..a.arr.sets() {
+            for way in 0..a.arr.ways() {
+                assert_eq!(a.arr.tag_at(set, way), b.arr.tag_at(set, way), "set {set} way {way}");
+            }
+        }
+    }
+
     /// A range of fewer keys than sets is invalidated by probing; the result must be exactly the
     /// scan's: the same entries, and the same replacement state afterwards (checked by replaying
     /// the same lookups and fills on both and comparing every way after each step).
@@ -163,12 +172,32 @@ mod tests {
                     scanned.insert(asid, key, v);
                 }
             }
-            for set in 0..probed.arr.sets() {
-                for way in 0..probed.arr.ways() {
-                    assert_eq!(probed.arr.tag_at(set, way), scanned.arr.tag_at(set, way));
-                }
-            }
+            assert_same_tags(&probed, &scanned);
         }
         assert!(removed > 100, "the test invalidated entries: {removed}");
+    }
+
+    /// A fill after a missed lookup, without the search, leaves what `insert` leaves: the same
+    /// entries, payloads and replacement state after every step.
+    #[test]
+    fn insert_absent_after_a_miss_equals_insert() {
+        let cfg = WalkCacheConfig::new(64, 4, 1);
+        let (mut absent, mut searched) = (WalkCache::new(&cfg), WalkCache::new(&cfg));
+        let mut rng = Rng::new(11);
+        let mut fills = 0;
+        for _ in 0..20_000 {
+            let (asid, key) = (rng.below(2) as u16, rng.below(256));
+            let got = absent.lookup(asid, key);
+            assert_eq!(got, searched.lookup(asid, key));
+            if got.is_none() {
+                let v = rng.next_u64();
+                absent.insert_absent(asid, key, v);
+                searched.insert(asid, key, v);
+                fills += 1;
+            }
+            assert_same_tags(&absent, &searched);
+            assert_eq!(absent.data, searched.data);
+        }
+        assert!(fills > 1000, "the test filled: {fills}");
     }
 }
