@@ -347,13 +347,12 @@ pub fn time_walk(plan: &WalkPlan, mem: &mut MemHierarchy, core: usize, entry: Wa
         }
     }
     lat += step_lat;
-    let refs = &plan.refs;
     stats.walks += 1;
     stats.host_latency_sum += host_lat;
     stats.host_hist[(host_lat as usize).min(LAT_BUCKETS)] += 1;
     stats.latency_sum += lat as u64;
     stats.hist[(lat as usize).min(LAT_BUCKETS)] += 1;
-    stats.refs += refs.len() as u64;
+    stats.refs += plan.refs.len() as u64;
     stats.refs_unfiltered += plan.unfiltered as u64;
     stats.wc_hits += plan.wc_hits as u64;
     stats.wc_misses += plan.wc_misses as u64;

@@ -120,6 +120,22 @@ mod tests {
         assert_eq!(run(&mut t, 1, 100, 100), PERIOD - TRIAL, "a tie keeps the prefetch");
     }
 
+    /// A fixed choice (`XLATE_HOST_PREFETCH`) holds through trials and across periods, whatever
+    /// they measure.
+    #[test]
+    fn a_fixed_choice_ignores_the_trials() {
+        for on in [false, true] {
+            let mut t = PrefetchTuner { fixed: Some(on), on, ..PrefetchTuner::default() };
+            for _ in 0..2 * PERIOD {
+                assert_eq!(t.enabled(), on);
+                // Measured the other way: the trials would pick `!on`.
+                let ns = if t.enabled() == on { 150 } else { 100 };
+                t.record(256, Duration::from_nanos(256 * ns));
+            }
+            assert_eq!(t.fixed, Some(on), "the period's reset keeps the fixed choice");
+        }
+    }
+
     #[test]
     fn an_empty_trial_side_keeps_the_previous_decision() {
         let mut t = PrefetchTuner::default();
