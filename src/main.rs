@@ -390,12 +390,14 @@ fn bench(accesses: u64, designs: Option<Vec<String>>, workloads: Option<Vec<Stri
     let w = designs.iter().map(|d| d.len()).max().unwrap_or(0).max(14);
     let round_col = if repeat > 1 { format!("{:>5} ", "round") } else { String::new() };
     println!(
-        "{round_col}{:>w$} {:<7} {:>10} {:>12} {:>15} {:>10} {:>10}",
-        "design", "workload", "accesses", "loop M acc/s", "loop CPU s/M acc", "setup s", "peak RSS"
+        "{round_col}{:>w$} {:<7} {:>10} {:>12} {:>15} {:>10} {:>10} {:>13}",
+        "design", "workload", "accesses", "loop M acc/s", "loop CPU s/M acc", "setup s", "peak RSS", "walk refs/acc"
     );
     // CPU seconds per million accesses, per benchmark of `list`, per round. Rounds run the whole
     // list in turn, so a slow spell of the host lands on every benchmark alike.
     let mut cpu = vec![Vec::new(); list.len()];
+    // Simulated walk references per access, per benchmark (the same in every round).
+    let mut refs = vec![0.0; list.len()];
     for round in 1..=repeat {
         for (k, &(design, wl)) in list.iter().enumerate() {
             let mut sets = vec![format!("workload.name=\"{wl}\"")];
@@ -407,35 +409,42 @@ fn bench(accesses: u64, designs: Option<Vec<String>>, workloads: Option<Vec<Stri
             let n = r.core.accesses as f64;
             let rss = peak_rss(false).map_or("n/a".to_string(), |b| format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64));
             let round_col = if repeat > 1 { format!("{round:>5} ") } else { String::new() };
+            // The simulated work behind the speed: a design whose walks make more memory
+            // references per access (a 2-D walk, ECPT's parallel probes) costs more per access.
+            let walk_refs = (r.core.walk.refs + r.core.side.refs) as f64 / n;
             println!(
-                "{round_col}{design:>w$} {wl:<7} {:>10} {:>12.2} {:>15.3} {:>10.3} {:>10}",
+                "{round_col}{design:>w$} {wl:<7} {:>10} {:>12.2} {:>15.3} {:>10.3} {:>10} {:>13.2}",
                 r.core.accesses,
                 n / (r.wall_s - r.setup_s) / 1e6,
                 r.loop_cpu_s / (n / 1e6),
                 r.setup_s,
-                rss
+                rss,
+                walk_refs
             );
             cpu[k].push(r.loop_cpu_s / (n / 1e6));
+            refs[k] = walk_refs;
         }
     }
     if repeat > 1 {
-        print!("{}", bench_summary(&list, &cpu, w));
+        print!("{}", bench_summary(&list, &cpu, &refs, w));
     }
     Ok(())
 }
 
 /// The summary of `xlate bench --repeat`: per benchmark, the median CPU seconds per million
 /// accesses over the rounds, their range, and the median over rounds of its ratio to radix4 on
-/// the same workload in the same round (blank without a radix4 run of that workload).
-fn bench_summary(list: &[(&str, &str)], cpu: &[Vec<f64>], w: usize) -> String {
+/// the same workload in the same round (blank without a radix4 run of that workload), and its
+/// simulated walk references per access (`refs`).
+fn bench_summary(list: &[(&str, &str)], cpu: &[Vec<f64>], refs: &[f64], w: usize) -> String {
     let mut out = format!(
-        "median over {} rounds:\n{:>w$} {:<7} {:>15} {:>17} {:>10}\n",
+        "median over {} rounds:\n{:>w$} {:<7} {:>15} {:>17} {:>10} {:>13}\n",
         cpu.first().map_or(0, |c| c.len()),
         "design",
         "workload",
         "loop CPU s/M acc",
         "range",
-        "x radix4"
+        "x radix4",
+        "walk refs/acc"
     );
     for (k, &(design, wl)) in list.iter().enumerate() {
         let base = list.iter().position(|&(d, l)| d == "radix4" && l == wl);
@@ -444,7 +453,8 @@ fn bench_summary(list: &[(&str, &str)], cpu: &[Vec<f64>], w: usize) -> String {
             format!("{:.2}", median(&ratios))
         });
         let (lo, hi) = cpu[k].iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-        out += &format!("{design:>w$} {wl:<7} {:>15.3} {:>17} {ratio:>10}\n", median(&cpu[k]), format!("{lo:.3}-{hi:.3}"));
+        out +=
+            &format!("{design:>w$} {wl:<7} {:>15.3} {:>17} {ratio:>10} {:>13.2}\n", median(&cpu[k]), format!("{lo:.3}-{hi:.3}"), refs[k]);
     }
     out
 }
@@ -695,7 +705,8 @@ mod tests {
     use super::*;
 
     /// Medians over rounds, and ratios to radix4 taken within each round before the median:
-    /// a round where the host ran everything slower moves neither.
+    /// a round where the host ran everything slower moves neither. Walk references per access
+    /// close each row.
     #[test]
     fn bench_summary_takes_medians_and_ratios_within_rounds() {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
@@ -703,12 +714,12 @@ mod tests {
         assert_eq!(median(&[]), 0.0);
         let list = [("radix4", "gups"), ("ecpt", "gups"), ("ecpt", "bfs")];
         let cpu = vec![vec![0.2, 0.4, 0.3], vec![0.3, 0.6, 0.9], vec![0.5, 0.7, 0.6]];
-        let s = bench_summary(&list, &cpu, 8);
+        let s = bench_summary(&list, &cpu, &[0.87, 3.9, 1.2], 8);
         let rows: Vec<Vec<&str>> = s.lines().skip(2).map(|l| l.split_whitespace().collect()).collect();
-        assert_eq!(rows[0], ["radix4", "gups", "0.300", "0.200-0.400", "1.00"]);
+        assert_eq!(rows[0], ["radix4", "gups", "0.300", "0.200-0.400", "1.00", "0.87"]);
         // Per-round ratios 1.5, 1.5, 3: median 1.5 (the ratio of the medians would be 2).
-        assert_eq!(rows[1], ["ecpt", "gups", "0.600", "0.300-0.900", "1.50"]);
-        assert_eq!(rows[2], ["ecpt", "bfs", "0.600", "0.500-0.700"], "no radix4 bfs run: no ratio");
+        assert_eq!(rows[1], ["ecpt", "gups", "0.600", "0.300-0.900", "1.50", "3.90"]);
+        assert_eq!(rows[2], ["ecpt", "bfs", "0.600", "0.500-0.700", "1.20"], "no radix4 bfs run: no ratio");
         assert!(s.starts_with("median over 3 rounds:"));
     }
 }

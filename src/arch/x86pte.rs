@@ -179,29 +179,32 @@ impl SplitPwc {
             return None;
         }
         plan.fixed_cycles += self.latency;
-        for (k, c) in self.caches.iter_mut().enumerate() {
-            let l = self.levels[k];
+        // Zipped, not indexed: no bounds checks on the path every walk takes.
+        let mut hit = None;
+        for (k, (c, &l)) in self.caches.iter_mut().zip(&self.levels).enumerate() {
             if let Some(v) = c.lookup(asid, va >> entry_shift(l)) {
-                plan.wc_hits += 1;
-                if self.probe_all {
-                    // The shallower caches are looked up too (their hits only refresh LRU); the
-                    // counts stay those of the deepest hit, as in the x86 mode.
-                    for (j, c) in self.caches.iter_mut().enumerate().skip(k + 1) {
-                        c.lookup(asid, va >> entry_shift(self.levels[j]));
-                    }
-                }
-                return Some((l, v));
+                hit = Some((k, l, v));
+                break;
             }
             plan.wc_misses += 1;
         }
-        None
+        let (k, l, v) = hit?;
+        plan.wc_hits += 1;
+        if self.probe_all {
+            // The shallower caches are looked up too (their hits only refresh LRU); the counts
+            // stay those of the deepest hit, as in the x86 mode.
+            for (c, &l) in self.caches.iter_mut().zip(&self.levels).skip(k + 1) {
+                c.lookup(asid, va >> entry_shift(l));
+            }
+        }
+        Some((l, v))
     }
 
     /// Caches `payload` for the level-`level` entry selected by `va`, if that level has a PWC.
     #[inline]
     pub fn fill(&mut self, asid: u16, level: u8, va: u64, payload: u64) {
-        if let Some(k) = self.levels.iter().position(|&l| l == level) {
-            self.caches[k].insert(asid, va >> entry_shift(level), payload);
+        if let Some(c) = self.cache_of(level) {
+            c.insert(asid, va >> entry_shift(level), payload);
         }
     }
 
@@ -210,9 +213,15 @@ impl SplitPwc {
     /// (ChampSim's PSC mode re-reads and refills the level that hit, so it uses `fill`).
     #[inline]
     pub fn fill_missed(&mut self, asid: u16, level: u8, va: u64, payload: u64) {
-        if let Some(k) = self.levels.iter().position(|&l| l == level) {
-            self.caches[k].insert_absent(asid, va >> entry_shift(level), payload);
+        if let Some(c) = self.cache_of(level) {
+            c.insert_absent(asid, va >> entry_shift(level), payload);
         }
+    }
+
+    /// The PWC of `level`, if it has one.
+    #[inline(always)]
+    fn cache_of(&mut self, level: u8) -> Option<&mut WalkCache> {
+        self.caches.iter_mut().zip(&self.levels).find_map(|(c, &l)| (l == level).then_some(c))
     }
 
     /// Drops entries of `asid` whose region may overlap `[start, end)`.

@@ -123,6 +123,17 @@ fn bench_prints_speed_cpu_time_and_memory() {
         let row = out.lines().find(|l| l.split_whitespace().next() == Some(d)).unwrap_or_else(|| panic!("no {d} row: {out}"));
         assert!(row.contains("stream") && row.contains("MiB"), "{row}");
     }
+    // The last column: simulated walk references per access (GUPS walks on about every other
+    // access; ideal never walks).
+    let (code, out, err) =
+        xlate(&["bench", "--accesses", "4000", "--designs", "radix4,ideal", "--workloads", "gups", "-s", "workload.params.table=64M"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("walk refs/acc"), "{out}");
+    for d in ["radix4", "ideal"] {
+        let row = out.lines().find(|l| l.split_whitespace().next() == Some(d)).unwrap_or_else(|| panic!("no {d} row: {out}"));
+        let refs: f64 = row.split_whitespace().last().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{row}"));
+        assert_eq!(refs > 0.1, d == "radix4", "{row}");
+    }
     fails_with(&["bench", "--accesses", "1000", "--designs", "nosuch"], &["nosuch"]);
     // Rounds: each row names its round, and the summary gives medians and ratios to radix4.
     let (code, out, err) = xlate(&["bench", "--accesses", "4000", "--designs", "radix4,ideal", "--workloads", "stream", "--repeat", "2"]);
@@ -132,7 +143,7 @@ fn bench_prints_speed_cpu_time_and_memory() {
     }
     let summary = out.split_once("median over 2 rounds:").unwrap_or_else(|| panic!("no summary: {out}")).1;
     let radix = summary.lines().find(|l| l.split_whitespace().next() == Some("radix4")).unwrap_or_else(|| panic!("{out}"));
-    assert!(radix.ends_with("1.00"), "{radix}");
+    assert_eq!(radix.split_whitespace().nth(4), Some("1.00"), "{radix}");
     assert!(summary.lines().any(|l| l.split_whitespace().next() == Some("ideal")), "{out}");
     fails_with(&["bench", "--repeat", "0"], &["repeat"]);
 }
