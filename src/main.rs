@@ -432,29 +432,42 @@ fn bench(accesses: u64, designs: Option<Vec<String>>, workloads: Option<Vec<Stri
 }
 
 /// The summary of `xlate bench --repeat`: per benchmark, the median CPU seconds per million
-/// accesses over the rounds, their range, and the median over rounds of its ratio to radix4 on
-/// the same workload in the same round (blank without a radix4 run of that workload), and its
-/// simulated walk references per access (`refs`).
+/// accesses over the rounds, their range, the median over rounds of its ratio to radix4 on the
+/// same workload in the same round (blank without a radix4 run of that workload), its simulated
+/// walk references per access (`refs`), and for a nested pair `G@H` its ratio, taken the same
+/// way, to the guest design `G` run natively (blank if `G` did not run on that workload).
 fn bench_summary(list: &[(&str, &str)], cpu: &[Vec<f64>], refs: &[f64], w: usize) -> String {
     let mut out = format!(
-        "median over {} rounds:\n{:>w$} {:<7} {:>15} {:>17} {:>10} {:>13}\n",
+        "median over {} rounds:\n{:>w$} {:<7} {:>15} {:>17} {:>10} {:>13} {:>10}\n",
         cpu.first().map_or(0, |c| c.len()),
         "design",
         "workload",
         "loop CPU s/M acc",
         "range",
         "x radix4",
-        "walk refs/acc"
+        "walk refs/acc",
+        "x native"
     );
-    for (k, &(design, wl)) in list.iter().enumerate() {
-        let base = list.iter().position(|&(d, l)| d == "radix4" && l == wl);
-        let ratio = base.map_or(String::new(), |b| {
+    // The median within-round ratio of benchmark `k` to the run of `base` on the same workload.
+    let ratio_to = |k: usize, base: &str| {
+        let wl = list[k].1;
+        list.iter().position(|&(d, l)| d == base && l == wl).map_or(String::new(), |b| {
             let ratios: Vec<f64> = cpu[k].iter().zip(&cpu[b]).map(|(x, r)| x / r).collect();
             format!("{:.2}", median(&ratios))
-        });
+        })
+    };
+    for (k, &(design, wl)) in list.iter().enumerate() {
+        let ratio = ratio_to(k, "radix4");
+        let native = design.split_once('@').map_or(String::new(), |(guest, _)| ratio_to(k, guest));
         let (lo, hi) = cpu[k].iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-        out +=
-            &format!("{design:>w$} {wl:<7} {:>15.3} {:>17} {ratio:>10} {:>13.2}\n", median(&cpu[k]), format!("{lo:.3}-{hi:.3}"), refs[k]);
+        let line = format!(
+            "{design:>w$} {wl:<7} {:>15.3} {:>17} {ratio:>10} {:>13.2} {native:>10}",
+            median(&cpu[k]),
+            format!("{lo:.3}-{hi:.3}"),
+            refs[k]
+        );
+        out += line.trim_end();
+        out.push('\n');
     }
     out
 }
@@ -712,14 +725,18 @@ mod tests {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
         assert_eq!(median(&[]), 0.0);
-        let list = [("radix4", "gups"), ("ecpt", "gups"), ("ecpt", "bfs")];
-        let cpu = vec![vec![0.2, 0.4, 0.3], vec![0.3, 0.6, 0.9], vec![0.5, 0.7, 0.6]];
-        let s = bench_summary(&list, &cpu, &[0.87, 3.9, 1.2], 8);
+        let list = [("radix4", "gups"), ("ecpt", "gups"), ("ecpt", "bfs"), ("ecpt@radix4", "gups"), ("ecpt@radix4", "stream")];
+        let cpu = vec![vec![0.2, 0.4, 0.3], vec![0.3, 0.6, 0.9], vec![0.5, 0.7, 0.6], vec![0.6, 1.2, 0.9], vec![0.1, 0.1, 0.1]];
+        let s = bench_summary(&list, &cpu, &[0.87, 3.9, 1.2, 9.0, 0.01], 8);
         let rows: Vec<Vec<&str>> = s.lines().skip(2).map(|l| l.split_whitespace().collect()).collect();
         assert_eq!(rows[0], ["radix4", "gups", "0.300", "0.200-0.400", "1.00", "0.87"]);
         // Per-round ratios 1.5, 1.5, 3: median 1.5 (the ratio of the medians would be 2).
         assert_eq!(rows[1], ["ecpt", "gups", "0.600", "0.300-0.900", "1.50", "3.90"]);
         assert_eq!(rows[2], ["ecpt", "bfs", "0.600", "0.500-0.700", "1.20"], "no radix4 bfs run: no ratio");
+        // A nested pair: its ratio to radix4, then to its guest design run natively (per-round
+        // ratios 2, 2, 1: median 2); none where the guest design did not run on that workload.
+        assert_eq!(rows[3], ["ecpt@radix4", "gups", "0.900", "0.600-1.200", "3.00", "9.00", "2.00"]);
+        assert_eq!(rows[4], ["ecpt@radix4", "stream", "0.100", "0.100-0.100", "0.01"]);
         assert!(s.starts_with("median over 3 rounds:"));
     }
 }
