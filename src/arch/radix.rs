@@ -118,7 +118,8 @@ const NO_NEAR: u64 = u64::MAX;
 impl RadixSpace {
     // A table id is reachable (a root, a child pointer, a walk-cache payload) only while its
     // table is live: `free_node` clears the pointer and shoots the walk caches down first. The
-    // check is a debug assertion because every walk level pays it (tests run with it on).
+    // check is a debug assertion because every walk level pays it; builds with debug assertions
+    // (`cargo test` without `--release`, which the differential and nested tests pass) keep it.
     fn node(&self, id: u32) -> &Node {
         debug_assert!(self.head(id).live, "live table");
         &self.nodes[id as usize]
