@@ -304,9 +304,9 @@ impl Ecpt {
         }
     }
 
-    /// Pushes one step of parallel probes of the (size, way) pairs in `masks` (`pack`'s lanes; both arrays of a
-    /// way being resized); returns the probe that holds `va`'s translation: (its index in the
-    /// plan, the translation, (size slot, line, entry)).
+    /// Pushes one step of parallel probes of the (size, way) pairs in `masks` (`pack`'s lanes;
+    /// both arrays of a way being resized); returns the probe that holds `va`'s translation: (its
+    /// index in the plan, the translation, (size slot, line, entry)).
     #[inline]
     fn probe(s: &EcptSpace, va: u64, masks: u32, step: u8, plan: &mut WalkPlan) -> Option<(usize, Translation, (usize, u32, usize))> {
         let mut found = None;
