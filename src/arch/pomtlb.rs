@@ -296,15 +296,14 @@ impl PomArray {
         Some(self.pbase[self.arr.slot(set, w)])
     }
 
-    /// Fills a translation; returns the physical address of the line holding its entry and
+    /// Fills a translation, which must be absent (the walk that found it follows a probe of
+    /// both sizes that missed); returns the physical address of the line holding its entry and
     /// whether a valid entry was evicted.
     pub fn fill(&mut self, asid: u16, va: u64, t: Translation) -> (u64, bool) {
         let set = self.set_of(va, t.size);
         let tg = tag(asid, va, t.size);
-        let (w, evicted) = match self.arr.probe(set, tg) {
-            Some(w) => (w, None),
-            None => self.arr.insert(set, tg),
-        };
+        debug_assert!(self.arr.probe(set, tg).is_none(), "POM-TLB filled twice with {va:#x}");
+        let (w, evicted) = self.arr.insert(set, tg);
         let slot = self.arr.slot(set, w);
         self.pbase[slot] = t.pbase;
         let line = self.set_addr(set) + ((w as u64 * self.entry_bytes) & !63);
@@ -495,9 +494,7 @@ impl<W: PomWalker> PomTlb<W> {
             ProbeAddress::L2TlbGeometry => self.artifact_line(va, size),
         };
         let lines = if self.cfg.set_read == SetRead::All { arr.lines } else { 1 };
-        for l in 0..lines {
-            plan.push(base + l * 64, step, needed);
-        }
+        plan.push_lines(base, lines as usize, step, needed);
         plan.unfiltered += lines as u32;
     }
 

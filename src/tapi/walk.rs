@@ -92,6 +92,13 @@ impl WalkPlan {
         self.refs.push(WalkRef { paddr, step, needed, host: false, write: false });
     }
 
+    /// Adds references to `n` consecutive 64-byte lines from `paddr` to step `step` (a set of a
+    /// translation cache kept in memory read whole), with one capacity check for all of them.
+    #[inline]
+    pub fn push_lines(&mut self, paddr: u64, n: usize, step: u8, needed: bool) {
+        self.refs.extend((0..n as u64).map(|l| WalkRef { paddr: paddr + l * 64, step, needed, host: false, write: false }));
+    }
+
     /// Adds a host-dimension reference of a 2-D walk to step `step`.
     #[inline]
     pub fn push_host(&mut self, paddr: u64, step: u8, needed: bool) {
