@@ -200,7 +200,8 @@ impl<D: Driver> Os<D> {
         let o = self
             .api(asid, Func::Remove, |d, s, env| d.remove(s, va, size, env))
             .ok_or_else(|| Error::Check(format!("relocating the {size} page at {va:#x} of ASID {asid}: not mapped")))?;
-        self.procs[asid as usize].truth.remove(va, size);
+        // `install` records the new frame in the ground truth over the old one: one lookup of
+        // the page's bucket, where removing it first would also shift the buckets after it.
         self.install(asid, va, to, size, o.prot)?;
         self.free_frame(o.pa, size)?;
         self.shootdown(asid, va, va + size.bytes());
