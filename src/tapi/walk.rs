@@ -155,3 +155,24 @@ impl SharedTlb for NoSharedTlb {
     fn insert(&mut self, _: u16, _: u64, _: Translation) {}
     fn drop_tag(&mut self, _: u16) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `push_lines` leaves the plan that one `push` per line would.
+    #[test]
+    fn push_lines_is_a_push_per_line() {
+        let (mut a, mut b) = (WalkPlan::default(), WalkPlan::default());
+        a.push(0x40, 0, true);
+        b.push(0x40, 0, true);
+        a.push_lines(0x1000, 4, 1, false);
+        for l in 0..4 {
+            b.push(0x1000 + 64 * l, 1, false);
+        }
+        a.push_lines(0x2000, 0, 2, true);
+        assert_eq!(a.refs, b.refs);
+        assert_eq!(a.refs.len(), 5);
+        assert_eq!(a.refs[4], WalkRef { paddr: 0x10c0, step: 1, needed: false, host: false, write: false });
+    }
+}
