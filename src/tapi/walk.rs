@@ -8,7 +8,7 @@
 //! memory references. A nested (guest × host) walk is a driver that composes two drivers' plans
 //! into one, so the walker never changes.
 
-use crate::addr::PageSize;
+use crate::addr::{PageSize, LINE_BYTES};
 
 /// Where a translation leads: the physical base of the page and its size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,11 +92,11 @@ impl WalkPlan {
         self.refs.push(WalkRef { paddr, step, needed, host: false, write: false });
     }
 
-    /// Adds references to `n` consecutive 64-byte lines from `paddr` to step `step` (a set of a
+    /// Adds references to `n` consecutive cache lines from `paddr` to step `step` (a set of a
     /// translation cache kept in memory read whole), with one capacity check for all of them.
     #[inline]
     pub fn push_lines(&mut self, paddr: u64, n: usize, step: u8, needed: bool) {
-        self.refs.extend((0..n as u64).map(|l| WalkRef { paddr: paddr + l * 64, step, needed, host: false, write: false }));
+        self.refs.extend((0..n as u64).map(|l| WalkRef { paddr: paddr + l * LINE_BYTES, step, needed, host: false, write: false }));
     }
 
     /// Adds a host-dimension reference of a 2-D walk to step `step`.
