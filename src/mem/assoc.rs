@@ -1020,8 +1020,8 @@ mod tests {
     const J: u64 = 0x13;
 
     impl SetAssoc {
-        /// Replacement state of `set`'s ways.
-        fn state(&mut self, set: usize) -> Vec<u16> {
+        /// Replacement state of `set`'s ways (also for other modules' equivalence tests).
+        pub(crate) fn state(&mut self, set: usize) -> Vec<u16> {
             self.set_meta(set).to_vec()
         }
     }

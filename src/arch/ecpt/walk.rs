@@ -311,19 +311,18 @@ impl Ecpt {
     fn probe(s: &EcptSpace, va: u64, masks: u32, step: u8, plan: &mut WalkPlan) -> Option<(usize, Translation, (usize, u32, usize))> {
         let mut found = None;
         for (i, t) in s.tables.iter().enumerate() {
-            let Some(t) = t else { continue };
-            let mask = (masks >> (8 * i)) as u8;
-            if mask == 0 {
-                continue;
-            }
+            let mut mask = (masks >> (8 * i)) as u8;
+            let Some(t) = t.as_ref().filter(|_| mask != 0) else { continue };
             let size = SIZES[i];
             let vpn = va >> size.shift();
             let (tag, j) = (vpn >> 3, (vpn & 7) as usize);
-            for (w, way) in t.ways().iter().enumerate() {
-                if mask & (1 << w) == 0 {
-                    continue;
-                }
-                for (a, _) in way.arrays() {
+            let ways = t.ways();
+            // The mask's set bits in ascending order (the ways' order), each way's current array
+            // then its old one: the order the plan's references keep.
+            while mask != 0 {
+                let Some(way) = ways.get(mask.trailing_zeros() as usize) else { break };
+                mask &= mask - 1;
+                for a in std::iter::once(&way.cur).chain(&way.old) {
                     let slot = a.slot(tag);
                     if let Some(id) = a.candidate(slot, tag) {
                         let l = t.line(id);
