@@ -193,7 +193,7 @@ fn find_in(s: &EcptSpace, va: u64, cost: &mut OsCost) -> Option<TObj> {
 /// (it may have gone stale since); the line of the entry in slot `i` is `lines[i]`.
 pub struct EcptCwc {
     // With the re-hit shortcut: a walk looks up both levels, and the PUD CWC's key (a line of
-    // 64 GiB of headers) is nearly always the last one (`ecpt` GUPS: −27 instructions per
+    // headers for 64 GiB) is nearly always the last one (`ecpt` GUPS: −27 instructions per
     // access, `ecpt@ecpt` −170).
     pmd: WalkCache<true>,
     pud: WalkCache<true>,
