@@ -300,14 +300,16 @@ impl<D: Driver> Os<D> {
     /// Host prefetch of what moving `r` will read first: the ground-truth buckets and the
     /// driver's entries (its prefetch: radix's leaf) of the page and of the page the driver
     /// would move out for it ([`FramePlacement::victim_hint`]). A hint: changes nothing. Page
-    /// moves come in batches (an epoch's requests), so it runs a few moves ahead.
+    /// moves come in batches (an epoch's requests), so it runs a few moves ahead. The buckets
+    /// alone: a move overwrites the page's entry ([`Os::relocate`]), so no removal reads on
+    /// past it.
     fn prefetch_move(&mut self, r: &MigrationRequest) {
         let Some(p) = self.procs.get(r.asid as usize) else { return };
-        p.truth.prefetch_removal(r.va);
+        p.truth.prefetch(r.va);
         let _ = self.driver.prefetch(&p.space, r.va);
         let victim = self.driver.placement().and_then(|d| d.victim_hint(&p.space, r.va, r.size));
         if let Some(v) = victim.and_then(|(asid, va)| self.procs.get(asid as usize).map(|q| (q, va))) {
-            v.0.truth.prefetch_removal(v.1);
+            v.0.truth.prefetch(v.1);
             let _ = self.driver.prefetch(&v.0.space, v.1);
         }
     }

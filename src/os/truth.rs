@@ -73,15 +73,6 @@ impl Truth {
         }
     }
 
-    /// [`Truth::prefetch`] for a removal of `va`'s page: the home bucket and the line after
-    /// it, where the removal's backward shift reads on ([`VpnTable::remove`]). A hint.
-    #[inline]
-    pub fn prefetch_removal(&self, va: u64) {
-        for s in PageSize::ALL {
-            self.maps[s.index()].prefetch_run(va >> s.shift());
-        }
-    }
-
     /// Every mapping as (virtual base, physical base, size), in no particular order (callers
     /// that depend on the order sort it).
     pub fn pages(&self) -> Vec<(u64, u64, PageSize)> {
@@ -187,18 +178,6 @@ impl VpnTable {
         if let Some(b) = self.home_bucket(vpn) {
             crate::mem::host_prefetch(b);
         }
-    }
-
-    /// [`VpnTable::prefetch`] and the next line of buckets, which a removal's backward shift
-    /// reads (a hint).
-    #[inline]
-    pub fn prefetch_run(&self, vpn: u64) {
-        if self.len == 0 {
-            return;
-        }
-        let i = self.home(vpn);
-        crate::mem::host_prefetch(&self.buckets[i]);
-        crate::mem::host_prefetch(&self.buckets[(i + GROUP as usize) & self.mask()]);
     }
 
     /// The value stored at `vpn`.
