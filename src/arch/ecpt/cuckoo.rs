@@ -214,6 +214,16 @@ impl Way {
     pub fn arrays(&self) -> impl Iterator<Item = (&Arr, bool)> {
         std::iter::once((&self.cur, false)).chain(self.old.as_ref().map(|a| (a, true)))
     }
+
+    /// Calls `f` on the current array, then on the old one if the way is being resized: the
+    /// order of [`Way::arrays`], without the chained iterator's state (the walk's hot loops).
+    #[inline(always)]
+    pub fn each_array(&self, mut f: impl FnMut(&Arr)) {
+        f(&self.cur);
+        if let Some(o) = &self.old {
+            f(o);
+        }
+    }
 }
 
 /// Event counters of a table (taken and reset by the owner).
@@ -237,6 +247,8 @@ pub struct Cuckoo<P> {
     seed: u64,
     gen: u64,
     ways: Vec<Way>,
+    /// Arrays a lookup probes: the ways plus the old arrays being drained (every walk reads it).
+    arrays: u32,
     lines: Vec<Line<P>>,
     free: Vec<u32>,
     rng: Rng,
@@ -257,6 +269,7 @@ impl<P: Copy> Cuckoo<P> {
             seed,
             gen: 0,
             ways: Vec::with_capacity(p.ways),
+            arrays: 0,
             lines: Vec::new(),
             free: Vec::new(),
             rng: Rng::new(seed ^ 0x6b69_636b),
@@ -268,6 +281,7 @@ impl<P: Copy> Cuckoo<P> {
         for w in 0..p.ways {
             let cur = t.new_arr(w, p.entries, env)?;
             t.ways.push(Way { cur, old: None, cursor: 0 });
+            t.arrays += 1;
         }
         Ok(t)
     }
@@ -302,7 +316,8 @@ impl<P: Copy> Cuckoo<P> {
     /// Number of arrays a lookup probes (ways plus old arrays being drained).
     #[inline]
     pub fn arrays(&self) -> u32 {
-        self.ways.iter().map(|w| 1 + w.old.is_some() as u32).sum()
+        debug_assert_eq!(self.arrays, self.ways.iter().map(|w| 1 + w.old.is_some() as u32).sum::<u32>());
+        self.arrays
     }
 
     /// Whether some way is being resized.
@@ -416,6 +431,7 @@ impl<P: Copy> Cuckoo<P> {
             self.stats.moved += moved;
             if done {
                 let o = self.ways[w].old.take().expect("checked above");
+                self.arrays -= 1;
                 debug_assert_eq!(o.used, 0);
                 o.release(env)?;
             }
@@ -514,6 +530,7 @@ impl<P: Copy> Cuckoo<P> {
     /// Moves every line of way `w`'s old array (if any) to the queue and frees the array.
     fn drain(&mut self, w: usize, env: &mut TdbEnv) -> Result<()> {
         let Some(old) = self.ways[w].old.take() else { return Ok(()) };
+        self.arrays -= 1;
         for c in self.ways[w].cursor..old.n {
             env.cost.read(1);
             let id = old.slots[c as usize].id;
@@ -537,7 +554,9 @@ impl<P: Copy> Cuckoo<P> {
         for s in old.slots.iter().filter(|s| s.id != EMPTY) {
             self.lines[s.id as usize].loc.old = true;
         }
+        // `drain` above left the way without an old array.
         self.ways[w].old = Some(old);
+        self.arrays += 1;
         self.ways[w].cursor = 0;
         self.stats.resizes += 1;
         if self.p.migrate_per_step == 0 {

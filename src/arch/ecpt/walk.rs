@@ -176,11 +176,11 @@ impl Driver for Ecpt {
             let Some(t) = t else { continue };
             let tag = (va >> SIZES[i].shift()) >> 3;
             for way in t.ways() {
-                for (a, _) in way.arrays() {
+                way.each_array(|a| {
                     let slot = a.slot(tag);
                     a.prefetch(slot);
                     first.get_or_insert_with(|| a.paddr(slot));
-                }
+                });
             }
         }
         first
@@ -295,11 +295,11 @@ impl Ecpt {
             let vpn = va >> SIZES[i].shift();
             let (tag, j) = (vpn >> 3, (vpn & 7) as usize);
             for way in t.ways() {
-                for (a, _) in way.arrays() {
+                way.each_array(|a| {
                     if let Some(id) = a.candidate(a.slot(tag), tag) {
                         f(t.line(id), j);
                     }
-                }
+                });
             }
         }
     }
@@ -310,9 +310,14 @@ impl Ecpt {
     #[inline]
     fn probe(s: &EcptSpace, va: u64, masks: u32, step: u8, plan: &mut WalkPlan) -> Option<(usize, Translation, (usize, u32, usize))> {
         let mut found = None;
-        for (i, t) in s.tables.iter().enumerate() {
-            let mut mask = (masks >> (8 * i)) as u8;
-            let Some(t) = t.as_ref().filter(|_| mask != 0) else { continue };
+        // The size slots whose lane has a way set, in ascending order, without visiting the
+        // others (a walk of 4 KiB pages only probes one of the three).
+        let mut lanes = masks;
+        while lanes != 0 {
+            let i = (lanes.trailing_zeros() / 8) as usize;
+            let mut mask = (lanes >> (8 * i)) as u8;
+            lanes &= !(0xFF << (8 * i));
+            let Some(t) = s.tables.get(i).and_then(Option::as_ref) else { continue };
             let size = SIZES[i];
             let vpn = va >> size.shift();
             let (tag, j) = (vpn >> 3, (vpn & 7) as usize);
@@ -322,19 +327,37 @@ impl Ecpt {
             while mask != 0 {
                 let Some(way) = ways.get(mask.trailing_zeros() as usize) else { break };
                 mask &= mask - 1;
-                for a in std::iter::once(&way.cur).chain(&way.old) {
-                    let slot = a.slot(tag);
-                    if let Some(id) = a.candidate(slot, tag) {
-                        let l = t.line(id);
-                        if l.tag == tag && l.data[j] & PRESENT != 0 {
-                            let tr = Translation { pbase: l.data[j] & ADDR_MASK & !size.offset_mask(), size };
-                            found = Some((plan.refs.len(), tr, (i, id, j)));
-                        }
-                    }
-                    plan.push(a.paddr(slot), step, false);
+                // Not `once(cur).chain(old)`: the chain's state cost more than the probe's own
+                // arithmetic, and `old` is nearly always `None`.
+                Self::probe_array(t, &way.cur, (i, tag, j), step, plan, &mut found);
+                if let Some(old) = &way.old {
+                    Self::probe_array(t, old, (i, tag, j), step, plan, &mut found);
                 }
             }
         }
         found
+    }
+
+    /// One array of [`Ecpt::probe`]: pushes its slot's line and records the translation if the
+    /// line holds `tag` with entry `j` present (size slot `i`).
+    #[inline(always)]
+    fn probe_array(
+        t: &Cuckoo<Cluster>,
+        a: &cuckoo::Arr,
+        (i, tag, j): (usize, u64, usize),
+        step: u8,
+        plan: &mut WalkPlan,
+        found: &mut Option<(usize, Translation, (usize, u32, usize))>,
+    ) {
+        let slot = a.slot(tag);
+        if let Some(id) = a.candidate(slot, tag) {
+            let l = t.line(id);
+            if l.tag == tag && l.data[j] & PRESENT != 0 {
+                let size = SIZES[i];
+                let tr = Translation { pbase: l.data[j] & ADDR_MASK & !size.offset_mask(), size };
+                *found = Some((plan.refs.len(), tr, (i, id, j)));
+            }
+        }
+        plan.push(a.paddr(slot), step, false);
     }
 }
