@@ -15,6 +15,7 @@
 //! MMU translates it (the cost is the same fault: trap, copy, update, shootdown).
 
 use super::*;
+use crate::tapi::{Evict, EvictTo};
 
 impl<D: Driver> Os<D> {
     /// Forks `parent`: a new address space with the parent's VMAs and every page shared
@@ -30,6 +31,7 @@ impl<D: Driver> Os<D> {
         self.procs[child as usize].vmas = vmas;
         self.procs[child as usize].next_mmap = next_mmap;
         self.cost.set_path(Path::Fault);
+        self.move_out_before_sharing(parent)?;
         // The parent's pages, in address order (deterministic), each read through the API.
         let mut pages = self.procs[parent as usize].truth.pages();
         pages.sort_unstable();
@@ -52,6 +54,22 @@ impl<D: Driver> Os<D> {
         // The parent's translations were write-protected: its TLB entries go.
         self.shootdown(parent, 0, u64::MAX >> 7);
         Ok(child)
+    }
+
+    /// Moves each page of `asid` whose frame cannot be mapped by a second address space to a
+    /// buddy frame first ([`crate::tapi::FramePlacement::moves_out_to_share`]: Utopia's RestSeg pages go to
+    /// the FlexSeg, §5.2, where shared pages live). The move is an eviction, counted in
+    /// `evictions`: the copy is charged, the old frame flushed and the page locked for the copy;
+    /// a 2 MiB page that finds no free block moves out as 4 KiB pages.
+    fn move_out_before_sharing(&mut self, asid: u16) -> Result<()> {
+        let Some(p) = self.driver.placement() else { return Ok(()) };
+        let mut moving = self.procs[asid as usize].truth.pages();
+        moving.retain(|&(_, pa, _)| p.moves_out_to_share(pa));
+        moving.sort_unstable();
+        for (va, _, size) in moving {
+            self.evict(Evict { asid, va, size, to: EvictTo::Buddy })?;
+        }
+        Ok(())
     }
 
     /// Whether any page is shared copy-on-write (the access loops skip the check otherwise).

@@ -104,6 +104,15 @@ pub trait FramePlacement<D: Driver> {
         false
     }
 
+    /// Whether a page in the frame at `pa` must move out to a buddy frame before a second
+    /// address space maps it (fork): the frame was placed by the page's own address and names
+    /// one address space's page (Utopia's RestSeg slot and its TAR entry; shared pages live in
+    /// the FlexSeg). A design that cannot map one frame twice at all refuses the second mapping
+    /// in `update` instead (DIPTA). Default: no.
+    fn moves_out_to_share(&self, _pa: u64) -> bool {
+        false
+    }
+
     /// The period, in bytes, with which placement depends on the virtual address: existing
     /// frames stay valid at a new virtual address only if it is congruent to the old one modulo
     /// this (SPARTA §5: partitions × routing granule). The OS chooses the address of a region it

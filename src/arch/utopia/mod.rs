@@ -419,6 +419,18 @@ impl Tdb for Utopia {
             return Ok(());
         }
         if let Some(t) = g.global.tag_at(set, way) {
+            if t >> 16 == vpn && !self.cfg.flexseg {
+                // The same page of another address space: a shared page or a fork's child.
+                return Err(Error::Check(format!(
+                    "RestSeg {i} frame {:#x} holds ASID {}'s page {:#x}, which ASID {} would map too: a RestSeg slot maps one \
+                     address space's page, and without a FlexSeg (arch.utopia.flexseg = false) a page cannot be shared or \
+                     forked copy-on-write (Utopia §3)",
+                    o.pa,
+                    t & 0xFFFF,
+                    o.va,
+                    s.asid
+                )));
+            }
             return Err(Error::Check(format!("RestSeg {i} frame {:#x} is taken (tag {t:#x})", o.pa)));
         }
         // A page lives in at most one place: not elsewhere in a RestSeg, not in the FlexSeg.

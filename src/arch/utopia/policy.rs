@@ -96,6 +96,12 @@ impl FramePlacement<Utopia> for Utopia {
     fn owns_frame(&self, pa: u64) -> bool {
         self.segs.iter().any(|g| g.contains(pa))
     }
+
+    /// A RestSeg page moves to the FlexSeg before fork shares it (without a FlexSeg it cannot be
+    /// shared: `update` refuses the child's mapping).
+    fn moves_out_to_share(&self, pa: u64) -> bool {
+        self.cfg.flexseg && self.owns_frame(pa)
+    }
 }
 
 impl Utopia {

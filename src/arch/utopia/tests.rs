@@ -320,6 +320,47 @@ fn restrictive_only_swaps_a_set_conflict_out() {
     check(&mut os);
 }
 
+/// fork shares every page, and shared pages live in the FlexSeg: the parent's RestSeg pages move
+/// out first (evictions), then parent and child map the same FlexSeg frames; the first store
+/// copies the page into the writer's RestSeg set again.
+#[test]
+fn fork_moves_restseg_pages_to_the_flexseg_before_sharing_them() {
+    let mut os = os_with(UtopiaConfig::default(), 2 << 30, false);
+    let a = os.spawn(false).unwrap();
+    let v = os.mmap(a, 64 << 10, MapFlags::default()).unwrap();
+    for i in 0..16 {
+        os.fault(a, v + i * 4096).unwrap();
+    }
+    assert!((0..16).all(|i| os.driver.owns_frame(os.truth(a, v + i * 4096).unwrap().pbase)), "faults fill the RestSeg");
+    let c = os.fork(a).unwrap();
+    assert_eq!(os.stats.evictions, 16, "every RestSeg page moved out");
+    assert_eq!(os.stats.cow_shared_pages, 16);
+    for i in 0..16 {
+        let (p, q) = (os.truth(a, v + i * 4096).unwrap(), os.truth(c, v + i * 4096).unwrap());
+        assert_eq!(p, q, "page {i}: one frame, both address spaces");
+        assert!(!os.driver.owns_frame(p.pbase), "page {i} is in the FlexSeg");
+    }
+    check(&mut os);
+    // The child's store copies the page; the copy is private, so it goes to the RestSeg.
+    assert!(os.cow_fault(c, v, 0.0).unwrap().is_some());
+    assert!(os.driver.owns_frame(os.truth(c, v).unwrap().pbase));
+    assert!(!os.driver.owns_frame(os.truth(a, v).unwrap().pbase));
+    check(&mut os);
+}
+
+/// Without a FlexSeg a page cannot be mapped by two address spaces: fork is refused with the
+/// reason, not a bare "frame taken".
+#[test]
+fn restrictive_only_refuses_fork_clearly() {
+    let cfg = UtopiaConfig { restsegs: vec![seg(1 << 20, PageSize::K4, 4)], flexseg: false, ..UtopiaConfig::default() };
+    let mut os = os_with(cfg, 128 << 20, true);
+    let a = os.spawn(false).unwrap();
+    let v = os.mmap(a, 16 << 10, MapFlags::default()).unwrap();
+    os.fault(a, v).unwrap();
+    let e = os.fork(a).unwrap_err().to_string();
+    assert!(e.contains("without a FlexSeg") && e.contains("copy-on-write"), "{e}");
+}
+
 #[test]
 fn a_huge_victim_is_split_when_memory_has_no_2m_block() {
     let cfg = UtopiaConfig { restsegs: vec![seg(4 << 20, PageSize::M2, 2)], ..UtopiaConfig::default() };
