@@ -13,7 +13,8 @@
 //! and the driver can map them (the run is then aligned so physical and virtual addresses agree
 //! modulo 2 MiB), 4 KiB otherwise. The work is charged to the fault path: one allocation per
 //! aligned buddy block taken, zeroing per 4 KiB, and the insertions. If memory runs out, the rest
-//! of the VMA is demand-paged as usual. File-backed and 1 GiB-advised VMAs are not eagerly paged.
+//! of the VMA is demand-paged as usual; "runs out" leaves the mapping's translation tables room
+//! (a page per 512 mapped, and a few) and, with swap on, the swap watermark (`os.swap.min_free`). File-backed and 1 GiB-advised VMAs are not eagerly paged.
 //!
 //! **Pools** (Utopia MICRO'23 §7: "We provide additional 2MB pages (1GB in total) to Radix, ECH,
 //! and POM-TLB, to match the size of the contiguously allocated RestSegs ... For RMM, we provide an
@@ -176,6 +177,17 @@ fn aligned_blocks(pfn: u64, pages: u64, top: u32) -> u64 {
 }
 
 impl<D: Driver> Os<D> {
+    /// The 4 KiB frames an eager mapping may take: free memory less what its translation tables
+    /// need (a leaf table page per 512 pages, a few for the levels above) and, with swap on, the
+    /// watermark demand faults keep free too (`Os::reclaim`). Taking every free frame left the
+    /// tables none: the mapping failed with "out of memory" where the rest of the VMA should have
+    /// been demand-paged.
+    fn eager_budget(&self) -> u64 {
+        let watermark = if self.cfg.swap.enabled { self.cfg.swap.min_free >> PageSize::K4.shift() } else { 0 };
+        let avail = self.phys.free_pages().saturating_sub(watermark);
+        avail.saturating_sub(avail.div_ceil(512) + 16)
+    }
+
     /// Eager paging of a fresh VMA (see the module documentation).
     pub(super) fn eager_map(&mut self, asid: u16, vma: Vma) -> Result<()> {
         if vma.flags.huge == HugeAdvice::Giga || vma.flags.file_backed {
@@ -188,7 +200,8 @@ impl<D: Driver> Os<D> {
         let mut runs: Vec<(u64, u64)> = self.phys.free_runs().into_iter().map(|(p, n)| (p.0, n)).collect();
         let thp = vma.thp_allowed(self.cfg.thp);
         let driver = &self.driver;
-        let pieces = plan(&mut runs, vma.start, vma.end, |va| thp && driver.can_map(va, PageSize::M2).is_ok());
+        let end = vma.end.min(vma.start.saturating_add(self.eager_budget() << PageSize::K4.shift()));
+        let pieces = plan(&mut runs, vma.start, end, |va| thp && driver.can_map(va, PageSize::M2).is_ok());
         // Take every frame first, so the translation tables inserted below cannot land in a run.
         let top = self.phys.largest_order();
         for pc in &pieces {

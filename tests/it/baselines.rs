@@ -211,3 +211,15 @@ fn scaled_gups_orders_the_baselines() {
     assert!((0.7..1.3).contains(&sp), "POM-TLB {sp:.3}");
     assert!(metric(&rmm, "walk_latency_avg") > 0.0 && metric(&rmm, "side_walk_hit_rate") > 0.99);
 }
+
+/// Eager paging of a VMA larger than free memory maps what fits and leaves the mapping's tables
+/// room: the rest of the VMA is demand-paged, swapping. It used to take every free frame, and
+/// the first table page of the mapping then failed with "out of memory" although swap was on.
+#[test]
+fn eager_paging_beyond_memory_leaves_the_tables_room() {
+    let sets = ["workload.name=\"gups\"", "workload.params.table=256M", "workload.params.updates=40000", "sim.checked=true"];
+    let r = run_s("rmm", &with(&sets, &["os.memory=160M", "os.swap.enabled=true"]));
+    assert_eq!(r.core.checked, r.core.accesses);
+    assert!(r.os.eager_bytes > 64 << 20 && r.os.eager_bytes < 160 << 20, "what fitted was mapped eagerly: {:?}", r.os);
+    assert!(r.os.faults() > 0 && r.os.swap_outs > 0, "the rest was demand-paged, swapping: {:?}", r.os);
+}
