@@ -5,10 +5,8 @@
 //! than `--hang-seconds` (default 60; a case simulates at most a few thousand accesses, well
 //! under a second). docs/robustness.md.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use xlate::fuzz::{case, Kind, Outcome};
+use xlate::fuzz::{case, Kind, Outcome, Watchdog};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -20,26 +18,12 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("scratch directory");
     std::panic::set_hook(Box::new(|_| {}));
     let (start, budget) = (Instant::now(), Duration::from_secs(60 * minutes));
-    // The seed running now and when it started (ms since `start`), for the watchdog.
-    let current = Arc::new((AtomicU64::new(first), AtomicU64::new(0)));
-    let hang = Duration::from_secs(arg("--hang-seconds", 60));
-    {
-        let current = Arc::clone(&current);
-        std::thread::spawn(move || loop {
-            std::thread::sleep(Duration::from_secs(1));
-            let since = Duration::from_millis(current.1.load(Ordering::Relaxed));
-            if start.elapsed().saturating_sub(since) > hang {
-                println!("seed {}: hung (still running after {} s)", current.0.load(Ordering::Relaxed), hang.as_secs());
-                std::process::exit(1);
-            }
-        });
-    }
+    let watchdog = Watchdog::start(Duration::from_secs(arg("--hang-seconds", 60)), |seed| format!("seed {seed}: hung"));
     let mut next_report = Duration::from_secs(60);
     let (mut ok, mut refused, mut failed) = ([0u64; 4], [0u64; 4], 0u64);
     let mut seed = first;
     while start.elapsed() < budget {
-        current.1.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
-        current.0.store(seed, Ordering::Relaxed);
+        watchdog.begin(seed);
         let (kind, out) = case(seed, &dir);
         let k = [Kind::Native, Kind::ChampSim, Kind::Lackey, Kind::Config].iter().position(|&x| x == kind).unwrap_or(0);
         match out {

@@ -315,3 +315,37 @@ pub fn case(seed: u64, dir: &Path) -> (Kind, Outcome) {
     };
     (kind, outcome)
 }
+
+/// The long runs' hang detector (`examples/fuzz.rs`, `examples/stress.rs`): the loop tells it
+/// which seed starts; a thread ends the process with exit code 1, printing `describe(seed)`, when
+/// one seed has run longer than the limit.
+pub struct Watchdog {
+    start: std::time::Instant,
+    /// The seed running now and when it started (ms since `start`).
+    current: std::sync::Arc<(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64)>,
+}
+
+impl Watchdog {
+    /// Starts the watching thread.
+    pub fn start(hang: std::time::Duration, describe: impl Fn(u64) -> String + Send + 'static) -> Watchdog {
+        use std::sync::atomic::Ordering;
+        let w = Watchdog { start: std::time::Instant::now(), current: Default::default() };
+        let (start, current) = (w.start, std::sync::Arc::clone(&w.current));
+        std::thread::spawn(move || loop {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            let since = std::time::Duration::from_millis(current.1.load(Ordering::Relaxed));
+            if start.elapsed().saturating_sub(since) > hang {
+                println!("{} (still running after {} s)", describe(current.0.load(Ordering::Relaxed)), hang.as_secs());
+                std::process::exit(1);
+            }
+        });
+        w
+    }
+
+    /// Seed `seed` starts now.
+    pub fn begin(&self, seed: u64) {
+        use std::sync::atomic::Ordering;
+        self.current.1.store(self.start.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.current.0.store(seed, Ordering::Relaxed);
+    }
+}

@@ -21,6 +21,8 @@ pub mod report;
 pub mod reproduce;
 pub mod rng;
 pub mod sim;
+#[doc(hidden)]
+pub mod stress;
 pub mod sweep;
 pub mod tapi;
 pub mod timing;

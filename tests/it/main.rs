@@ -20,6 +20,7 @@ mod nested;
 mod qemu_trace;
 mod report_html;
 mod sparta;
+mod stress;
 mod sweep;
 mod trace_threads;
 mod utopia;
