@@ -430,3 +430,23 @@ fn host_coverage_counts_contiguous_groups() {
     assert!(cont[3] > 0, "32 MiB groups on the host: {cont:?}");
     assert_eq!(plain.iter().sum::<u64>(), cont.iter().sum::<u64>(), "{plain:?} vs {cont:?}");
 }
+
+/// Every preset's machine runs a guest@host design on its own guest memory (`virtuoso`'s 128 GiB
+/// guest needs its 256 GiB host), checked.
+#[test]
+fn every_preset_runs_a_nested_design() {
+    let d = arch::lookup("radix4@radix4").unwrap();
+    for p in xlate::config::PRESETS {
+        let sets = vec![
+            "workload.name=\"gups\"".into(),
+            "workload.params.table=\"64M\"".into(),
+            "sim.max_accesses=20000".into(),
+            "sim.checked=true".into(),
+        ];
+        let cfg = xlate::config::Layers { preset: Some(p.name.into()), file: None, sets }
+            .resolve(Some(d))
+            .unwrap_or_else(|e| panic!("{}: {e}", p.name));
+        let r = xlate::sim::run(d, &cfg, &[], false).unwrap_or_else(|e| panic!("{}: {e}", p.name));
+        assert_eq!(r.core.checked, r.core.accesses, "{}", p.name);
+    }
+}
