@@ -14,10 +14,12 @@
 
 use crate::arch::{self, nested};
 use crate::config::Layers;
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::rng::Rng;
 use crate::sim;
+use crate::trace::{self, Access, AccessKind};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
 
 /// Built-in workloads and the settings that keep each small (tens of MiB), so a case takes well
 /// under a second.
@@ -139,13 +141,16 @@ const PRESETS: &[Option<&str>] =
 /// start of its refusal's own wording, so a new message of these designs is not excused.
 pub const REFUSALS: &[&str] = &["DIPTA has no synonyms or copy-on-write", "without a FlexSeg (arch.utopia.flexseg = false)"];
 
-/// One case: a design, a workload and its settings.
+/// One case: a design, a workload (or a generated trace) and its settings.
 #[derive(Clone, Debug)]
 pub struct Case {
     /// Design (`guest@host` for a pair).
     pub design: String,
-    /// Workload.
+    /// Workload; `"trace"` for generated traces ([`Case::traces`]).
     pub workload: &'static str,
+    /// The seeds of the generated traces a trace case replays, one process each (implicitly
+    /// mapped address spaces, as a traced program's): [`write_trace`]. Empty for a workload.
+    pub traces: Vec<u64>,
     /// Name of the settings profile.
     pub profile: &'static str,
     /// Preset, if any.
@@ -155,9 +160,14 @@ pub struct Case {
 }
 
 impl Case {
-    /// The command line that runs this case alone.
+    /// The command line that runs this case alone (a trace case names the file [`run`] left
+    /// behind when the case failed).
     pub fn command(&self) -> String {
-        let mut c = format!("xlate run --checked --design {} --workload {}", self.design, self.workload);
+        let input = match self.traces.as_slice() {
+            [] => format!("--workload {}", self.workload),
+            ts => ts.iter().map(|&t| format!("--trace {}", trace_name(t))).collect::<Vec<_>>().join(" "),
+        };
+        let mut c = format!("xlate run --checked --design {} {input}", self.design);
         if let Some(p) = self.preset {
             c += &format!(" --preset {p}");
         }
@@ -179,10 +189,11 @@ pub enum Outcome {
     Failed(String),
 }
 
-/// Designs a guest@host pair may combine: every built-in one that nests as a guest or a host.
-fn nestable() -> Vec<&'static str> {
+/// The built-in designs that nest as a guest, and those that nest as a host.
+fn nestable() -> (Vec<&'static str>, Vec<&'static str>) {
     let radix4 = arch::lookup("radix4").expect("radix4 is built in");
-    arch::designs().filter(|d| nested::nest(d, radix4).is_ok() || nested::nest(radix4, d).is_ok()).map(|d| d.name).collect()
+    let names = |f: &dyn Fn(&'static arch::Design) -> bool| arch::designs().filter(|&d| f(d)).map(|d| d.name).collect();
+    (names(&|d| nested::nest(d, radix4).is_ok()), names(&|d| nested::nest(radix4, d).is_ok()))
 }
 
 /// The case of `seed` (a function of the seed alone). `accesses` caps its run.
@@ -190,33 +201,84 @@ pub fn case(seed: u64, accesses: u64) -> Case {
     let mut rng = Rng::new(seed ^ 0x5712_e55e);
     let mut pick = |n: usize| rng.below(n as u64) as usize;
     let designs: Vec<&str> = arch::designs().map(|d| d.name).collect();
-    let pairs = nestable();
+    let (guests, hosts) = nestable();
     let (design, nested) = if pick(20) < 9 {
-        let (g, h) = (pairs[pick(pairs.len())], pairs[pick(pairs.len())]);
+        let (g, h) = (guests[pick(guests.len())], hosts[pick(hosts.len())]);
         (format!("{g}@{h}"), true)
     } else {
         (designs[pick(designs.len())].to_string(), false)
     };
-    let (workload, wsets) = WORKLOADS[pick(WORKLOADS.len())];
-    let profiles = if nested { PROFILES.len() + HOST_PROFILES.len() } else { PROFILES.len() };
-    let k = pick(profiles);
-    let (profile, psets) = if k < PROFILES.len() { PROFILES[k] } else { HOST_PROFILES[k - PROFILES.len()] };
+    // A sixth of the cases replay a generated trace, with the profiles that do not need a
+    // workload (a trace has no setup to fork after, no processes to multiply).
+    let traced = pick(6) == 0;
+    let (workload, wsets) = if traced { ("trace", &[][..]) } else { WORKLOADS[pick(WORKLOADS.len())] };
+    let for_traces = |p: &&(&str, &[&str])| !traced || !p.1.iter().any(|s| s.starts_with("workload.") || s.starts_with("sim.fork"));
+    let mut profiles: Vec<&(&str, &[&str])> = PROFILES.iter().filter(for_traces).collect();
+    if nested {
+        profiles.extend(HOST_PROFILES);
+    }
+    let (profile, psets) = *profiles[pick(profiles.len())];
     let preset = PRESETS[pick(PRESETS.len())];
     let mut sets = vec![format!("sim.max_accesses={accesses}"), format!("seed={}", pick(1000))];
     sets.extend(wsets.iter().chain(psets).map(|s| s.to_string()));
-    Case { design, workload, profile, preset, sets }
+    let traces = if traced { (0..1 + pick(2) as u64).map(|p| seed << 1 | p).collect() } else { Vec::new() };
+    Case { design, workload, traces, profile, preset, sets }
 }
 
-/// Runs `c` in checked mode, in-process.
-pub fn run(c: &Case) -> Outcome {
-    let r = catch_unwind(AssertUnwindSafe(|| -> crate::error::Result<()> {
+/// The file name of trace `t` (native format, compressed inside).
+fn trace_name(t: u64) -> String {
+    format!("stress-{t}.xlt")
+}
+
+/// Writes the trace of seed `t` to `path`: one process of one or two threads (`cpu`), 20 000
+/// to 200 000 accesses over a 64 MiB heap (uniform at random, and sequential runs from random
+/// starts), a stack and code; a tenth are instruction fetches.
+pub fn write_trace(t: u64, path: &Path) -> Result<()> {
+    let mut rng = Rng::new(t ^ 0x7ace);
+    let mut w = trace::create(path, trace::Format::Native)?;
+    let threads = 1 + rng.below(2) as u16;
+    let n = 20_000 + rng.below(180_000);
+    let heap = 0x5555_0000_0000u64;
+    let mut cursor = [heap; 2];
+    for i in 0..n {
+        let cpu = rng.below(threads as u64) as u16;
+        let c = &mut cursor[cpu as usize];
+        let (kind, vaddr) = match rng.below(10) {
+            0 => (AccessKind::Fetch, 0x40_0000 + rng.below(1 << 20) * 4),
+            1 => (AccessKind::Store, 0x7ffe_0000_0000 - rng.below(1 << 16) * 8),
+            2..=4 => (AccessKind::Load, (heap + rng.below(64 << 20)) & !7),
+            5 => {
+                *c = (heap + rng.below(64 << 20)) & !7;
+                (AccessKind::Store, *c)
+            }
+            _ => {
+                *c = heap + (*c - heap + 64) % (64 << 20);
+                (if rng.below(3) == 0 { AccessKind::Store } else { AccessKind::Load }, *c)
+            }
+        };
+        w.write(&Access { cpu, asid: 0, ip: 0x40_1000 + (i % 97) * 4, vaddr, kind, size: 8, instrs: 1 + rng.below(6) as u32 })?;
+    }
+    w.finish()
+}
+
+/// Runs `c` in checked mode, in-process; a trace case writes its trace into `dir` first and
+/// removes it unless the case failed.
+pub fn run(c: &Case, dir: &Path) -> Outcome {
+    let traces: Vec<PathBuf> = c.traces.iter().map(|&t| dir.join(trace_name(t))).collect();
+    let r = catch_unwind(AssertUnwindSafe(|| -> Result<()> {
         let d = arch::lookup(&c.design)?;
-        let mut sets = vec![format!("workload.name=\"{}\"", c.workload), "sim.checked=true".to_string()];
+        let mut sets = vec!["sim.checked=true".to_string()];
+        if c.traces.is_empty() {
+            sets.push(format!("workload.name=\"{}\"", c.workload));
+        }
         sets.extend(c.sets.iter().cloned());
         let cfg = Layers { preset: c.preset.map(str::to_string), file: None, sets }.resolve(Some(d))?;
-        sim::run(d, &cfg, &[], false).map(|_| ())
+        for (t, p) in c.traces.iter().zip(&traces) {
+            write_trace(*t, p)?;
+        }
+        sim::run(d, &cfg, &traces, false).map(|_| ())
     }));
-    match r {
+    let outcome = match r {
         Ok(Ok(())) => Outcome::Ok,
         Ok(Err(Error::Check(m))) if !REFUSALS.iter().any(|r| m.contains(r)) => Outcome::Failed(format!("checked mode: {m}")),
         Ok(Err(e)) => Outcome::Refused(e.to_string()),
@@ -224,5 +286,11 @@ pub fn run(c: &Case) -> Outcome {
             "panicked: {}",
             p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
         )),
+    };
+    if !matches!(outcome, Outcome::Failed(_)) {
+        for p in &traces {
+            let _ = std::fs::remove_file(p);
+        }
     }
+    outcome
 }
