@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 /// Layers, lowest first; modules on one line are siblings and may not import each other.
 /// `error` and `rng` are utilities every layer may use, and `hostmem` (the global allocator)
 /// imports nothing of the crate; `fsutil` (writing output files) uses
-/// only `error`; `fuzz` (the fuzz harness) drives everything and sits on top. `sweep` (grids,
+/// only `error`; `fuzz` and `stress` (the fuzz and stress harnesses) drive everything and sit
+/// on top. `sweep` (grids,
 /// records, the parallel runner) sits under `reproduce`, whose studies run on its runner.
 const LAYERS: &[&[&str]] = &[
     &["error", "rng", "hostmem"],
@@ -26,7 +27,7 @@ const LAYERS: &[&[&str]] = &[
     &["report"],
     &["sweep"],
     &["reproduce"],
-    &["fuzz"],
+    &["fuzz", "stress"],
 ];
 
 fn rank(module: &str) -> Option<usize> {
