@@ -137,8 +137,8 @@ const PRESETS: &[Option<&str>] =
     &[None, None, None, None, None, Some("emt-osdi25"), Some("virtuoso"), Some("champsim"), Some("zen3"), Some("altra")];
 
 /// Checked errors that are a design's documented limits, not bugs: DIPTA has no synonyms
-/// (docs/dipta.md), restrictive-only Utopia cannot share a page (docs/utopia.md). Each is the
-/// start of its refusal's own wording, so a new message of these designs is not excused.
+/// (docs/dipta.md), restrictive-only Utopia cannot share a page (docs/utopia.md). Each is a
+/// phrase of that refusal's own message, so another message of these designs is not excused.
 pub const REFUSALS: &[&str] = &["DIPTA has no synonyms or copy-on-write", "without a FlexSeg (arch.utopia.flexseg = false)"];
 
 /// One case: a design, a workload (or a generated trace) and its settings.

@@ -14,7 +14,8 @@
 //! modulo 2 MiB), 4 KiB otherwise. The work is charged to the fault path: one allocation per
 //! aligned buddy block taken, zeroing per 4 KiB, and the insertions. If memory runs out, the rest
 //! of the VMA is demand-paged as usual; "runs out" leaves the mapping's translation tables room
-//! (a page per 512 mapped, and a few) and, with swap on, the swap watermark (`os.swap.min_free`). File-backed and 1 GiB-advised VMAs are not eagerly paged.
+//! (a page per 512 mapped, and a few) and, with swap on, the swap watermark (`os.swap.min_free`).
+//! File-backed and 1 GiB-advised VMAs are not eagerly paged.
 //!
 //! **Pools** (Utopia MICRO'23 §7: "We provide additional 2MB pages (1GB in total) to Radix, ECH,
 //! and POM-TLB, to match the size of the contiguously allocated RestSegs ... For RMM, we provide an

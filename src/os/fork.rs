@@ -7,8 +7,9 @@
 //! copies it into a new frame chosen like any new page of that virtual address — so a
 //! partitioned design (SPARTA §5) keeps the copy in the page's partition — or, when the writer
 //! is the last sharer, just makes the page writable again. A frame is freed when its last
-//! sharer unmaps it. A design without synonyms (DIPTA) refuses the child's mappings with its own
-//! error.
+//! sharer unmaps it. A page whose frame names one address space's page (a Utopia RestSeg slot)
+//! first moves to a buddy frame, where shared pages live. A design without synonyms (DIPTA,
+//! restrictive-only Utopia) refuses the child's mappings with its own error.
 //!
 //! What is simplified: the translations' protection is not cached in the TLBs, so the write
 //! fault is taken by the OS model when a store reaches a page marked copy-on-write, before the
