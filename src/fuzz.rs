@@ -309,9 +309,7 @@ pub fn case(seed: u64, dir: &Path) -> (Kind, Outcome) {
                 Outcome::Refused(m)
             }
         }
-        Err(p) => Outcome::Panicked(
-            p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default(),
-        ),
+        Err(p) => Outcome::Panicked(crate::sweep::runner::panic_message(p.as_ref())),
     };
     (kind, outcome)
 }

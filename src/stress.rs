@@ -282,10 +282,7 @@ pub fn run(c: &Case, dir: &Path) -> Outcome {
         Ok(Ok(())) => Outcome::Ok,
         Ok(Err(Error::Check(m))) if !REFUSALS.iter().any(|r| m.contains(r)) => Outcome::Failed(format!("checked mode: {m}")),
         Ok(Err(e)) => Outcome::Refused(e.to_string()),
-        Err(p) => Outcome::Failed(format!(
-            "panicked: {}",
-            p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
-        )),
+        Err(p) => Outcome::Failed(format!("panicked: {}", crate::sweep::runner::panic_message(p.as_ref()))),
     };
     if !matches!(outcome, Outcome::Failed(_)) {
         for p in &traces {

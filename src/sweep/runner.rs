@@ -45,8 +45,8 @@ pub enum Outcome {
     Interrupted,
 }
 
-/// The message of a panic payload.
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+/// The message of a panic payload (also the fuzz and stress harnesses').
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         s.to_string()
     } else if let Some(s) = payload.downcast_ref::<String>() {
