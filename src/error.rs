@@ -47,8 +47,12 @@ pub enum Error {
     },
     /// The simulated machine ran out of physical memory.
     OutOfMemory(String),
-    /// Checked mode found a translation that disagrees with the OS's ground truth.
+    /// A translation disagrees with the OS's ground truth (checked mode), or a design's tables
+    /// were asked for a mapping they cannot hold: either way, a bug in xlate.
     Check(String),
+    /// The design cannot do what the run asks of it: a documented limit of the hardware it
+    /// models (DIPTA has no synonyms; restrictive-only Utopia cannot share a page), not a bug.
+    Unsupported(String),
 }
 
 impl fmt::Display for Error {
@@ -66,7 +70,8 @@ impl fmt::Display for Error {
                 "simulated machine out of physical memory: {m} (raise os.memory, or host.os.memory for a guest@host \
                  design, or let the OS swap with os.swap.enabled=true)"
             ),
-            Error::Check(m) => write!(f, "checked mode: {m}"),
+            Error::Check(m) => write!(f, "translation check failed: {m}"),
+            Error::Unsupported(m) => write!(f, "not supported by this design: {m}"),
         }
     }
 }

@@ -4,9 +4,10 @@
 //! sharing cores, fork and copy-on-write, workload mixes, the presets' machines, and host-side
 //! churn for nested pairs. Checked mode compares every translation with the OS's ground truth
 //! (for a pair, the composition gVA → gPA → hPA), so a case fails when it panics or ends in
-//! [`Error::Check`] (a mismatch or a broken invariant), unless the message is one of the designs'
-//! documented refusals ([`REFUSALS`]). A config error or the simulated machine running out of
-//! memory is a refusal: the case asked for something that machine cannot do.
+//! [`Error::Check`] (a mismatch or a broken invariant). A design's documented limit
+//! ([`Error::Unsupported`]: DIPTA has no synonyms, restrictive-only Utopia cannot share a page), a
+//! config error or the simulated machine running out of memory is a refusal: the case asked for
+//! something that machine cannot do.
 //!
 //! Where `crate::fuzz` feeds the parsers mutated input, this harness feeds the simulator valid
 //! input it has rarely seen together. `cargo run --release --example stress -- --minutes N` is the
@@ -135,11 +136,6 @@ const HOST_PROFILES: &[(&str, &[&str])] = &[
 /// Presets a case may run on (`None`: the defaults, half of the cases).
 const PRESETS: &[Option<&str>] =
     &[None, None, None, None, None, Some("emt-osdi25"), Some("virtuoso"), Some("champsim"), Some("zen3"), Some("altra")];
-
-/// Checked errors that are a design's documented limits, not bugs: DIPTA has no synonyms
-/// (docs/dipta.md), restrictive-only Utopia cannot share a page (docs/utopia.md). Each is a
-/// phrase of that refusal's own message, so another message of these designs is not excused.
-pub const REFUSALS: &[&str] = &["DIPTA has no synonyms or copy-on-write", "without a FlexSeg (arch.utopia.flexseg = false)"];
 
 /// One case: a design, a workload (or a generated trace) and its settings.
 #[derive(Clone, Debug)]
@@ -280,7 +276,7 @@ pub fn run(c: &Case, dir: &Path) -> Outcome {
     }));
     let outcome = match r {
         Ok(Ok(())) => Outcome::Ok,
-        Ok(Err(Error::Check(m))) if !REFUSALS.iter().any(|r| m.contains(r)) => Outcome::Failed(format!("checked mode: {m}")),
+        Ok(Err(e @ Error::Check(_))) => Outcome::Failed(e.to_string()),
         Ok(Err(e)) => Outcome::Refused(e.to_string()),
         Err(p) => Outcome::Failed(format!("panicked: {}", crate::sweep::runner::panic_message(p.as_ref()))),
     };

@@ -394,7 +394,7 @@ impl Tdb for Dipta {
         }
         let Some((fset, way)) = self.slot_of_frame(o.pa) else {
             if shared {
-                return Err(Error::Check(format!(
+                return Err(Error::Unsupported(format!(
                     "ASID {asid} page {:#x} is in a shared mapping: DIPTA has no synonyms or copy-on-write (its hardware table \
                      holds one virtual page per frame; SPARTA §5, §7.7), so shared memory cannot be mapped",
                     o.va
@@ -417,7 +417,7 @@ impl Tdb for Dipta {
         let cur = self.tags[slot];
         if cur != t && cur != 0 {
             let (a, v) = untag(cur);
-            return Err(Error::Check(format!(
+            return Err(Error::Unsupported(format!(
                 "frame {:#x} already holds ASID {a} page {:#x}; mapping ASID {asid} page {:#x} to it too would be a synonym, and \
                  DIPTA has no synonyms or copy-on-write (its hardware table holds one virtual page per frame; SPARTA §5, §7.7)",
                 o.pa,
@@ -949,7 +949,9 @@ mod tests {
         let va = 0x10_0000_0000;
         let pa = map(&mut d, &mut a, va, env);
         // Another ASID's page of the same set (VPN mod sets ignores the ASID) on the same frame.
-        let e = d.update(&mut b, &TObj::new(va, pa, PageSize::K4, prot::READ), env).unwrap_err().to_string();
+        let e = d.update(&mut b, &TObj::new(va, pa, PageSize::K4, prot::READ), env).unwrap_err();
+        assert!(matches!(e, Error::Unsupported(_)), "a design limit, not a bug: {e:?}");
+        let e = e.to_string();
         assert!(e.contains("synonym") && e.contains("copy-on-write"), "{e}");
         // The same ASID, another page of the set, the same frame.
         let alias = va + (d.sets() << 12);
@@ -960,7 +962,9 @@ mod tests {
         let shared = MapFlags { shared: true, ..MapFlags::default() };
         assert_eq!(d.place(&mut b, 2, va, PageSize::K4, shared, env), Placement::Buddy);
         let buddy = env.phys.alloc(0).unwrap().addr();
-        let e = d.update(&mut b, &TObj::new(va, buddy, PageSize::K4, prot::RW), env).unwrap_err().to_string();
+        let e = d.update(&mut b, &TObj::new(va, buddy, PageSize::K4, prot::RW), env).unwrap_err();
+        assert!(matches!(e, Error::Unsupported(_)), "a design limit, not a bug: {e:?}");
+        let e = e.to_string();
         assert!(e.contains("shared") && e.contains("no synonyms or copy-on-write"), "{e}");
         assert_eq!(d.stats.shared_refused, 1);
     }

@@ -43,7 +43,12 @@ impl<D: Driver> Os<D> {
             let ro = TObj { prot: o.prot & !prot::WRITE, ..o };
             self.api(parent, Func::Insert, |d, s, env| d.update(s, &ro, env))?;
             self.install(child, o.va, o.pa, o.size, ro.prot).map_err(|e| {
-                Error::Check(format!("fork: the child (ASID {child}) cannot share the parent's {} page at {:#x}: {e}", o.size, o.va))
+                let what = format!("fork: the child (ASID {child}) cannot share the parent's {} page at {:#x}", o.size, o.va);
+                // A design's documented limit stays one; anything else is a broken invariant.
+                match e {
+                    Error::Unsupported(why) => Error::Unsupported(format!("{what}: {why}")),
+                    e => Error::Check(format!("{what}: {e}")),
+                }
             })?;
             *self.sharers.entry(o.pa).or_insert(1) += 1;
             if o.prot & prot::WRITE != 0 {

@@ -50,7 +50,14 @@ impl TdbEnv<'_> {
     /// zero work.
     pub fn alloc_table(&mut self, order: u32) -> Result<Pfn> {
         let pfn = self.phys.alloc(order).ok_or_else(|| {
-            Error::OutOfMemory(format!("no free block of order {order} for a translation table ({} pages free)", self.phys.free_pages()))
+            let free = self.phys.free_pages();
+            let kib = 4u64 << order;
+            // Enough free pages but no block of them: more memory is not the first remedy.
+            let why =
+                if free >= 1 << order { ", but none in one free block: memory is fragmented (lower os.fragmentation.target)" } else { "" };
+            Error::OutOfMemory(format!(
+                "no free block of order {order} ({kib} KiB contiguous) for a translation table ({free} pages free{why})"
+            ))
         })?;
         self.cost.add_to(Func::Alloc, Event::Page, 1);
         self.cost.add_to(Func::Zero, Event::Page, 1 << order);
@@ -170,4 +177,28 @@ pub fn generic_range_is_empty<T: Tdb + ?Sized>(t: &mut T, s: &mut T::Space, star
         va += PageSize::K4.bytes();
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::os::phys::PhysMem;
+
+    /// A table block that fails for want of contiguity, not of pages, says so: more memory is
+    /// not the remedy there.
+    #[test]
+    fn a_failed_table_block_tells_fragmentation_from_exhaustion() {
+        let mut phys = PhysMem::new(1 << 20, 14); // 256 pages
+        let mut cost = OsCost::default();
+        let mut env = TdbEnv { phys: &mut phys, cost: &mut cost };
+        let pages: Vec<Pfn> = (0..256).map(|_| env.alloc_table(0).unwrap()).collect();
+        let e = env.alloc_table(0).unwrap_err().to_string();
+        assert!(e.contains("0 pages free") && !e.contains("fragmented"), "{e}");
+        // Free every other page: 128 free, no two of them a buddy pair.
+        for p in pages.iter().step_by(2) {
+            env.free_table(*p, 0).unwrap();
+        }
+        let e = env.alloc_table(1).unwrap_err().to_string();
+        assert!(e.contains("order 1 (8 KiB contiguous)") && e.contains("128 pages free") && e.contains("fragmented"), "{e}");
+    }
 }

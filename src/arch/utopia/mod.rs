@@ -421,7 +421,7 @@ impl Tdb for Utopia {
         if let Some(t) = g.global.tag_at(set, way) {
             if t >> 16 == vpn && !self.cfg.flexseg {
                 // The same page of another address space: a shared page or a fork's child.
-                return Err(Error::Check(format!(
+                return Err(Error::Unsupported(format!(
                     "RestSeg {i} frame {:#x} holds ASID {}'s page {:#x}, which ASID {} would map too: a RestSeg slot maps one \
                      address space's page, and without a FlexSeg (arch.utopia.flexseg = false) a page cannot be shared or \
                      forked copy-on-write (Utopia §3)",
