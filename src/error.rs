@@ -65,6 +65,9 @@ impl fmt::Display for Error {
                 write!(f, "unknown {what} `{name}`; expected one of: {}", known.join(", "))
             }
             Error::Workload { name, msg } => write!(f, "workload {name}: {msg}"),
+            // A message that names its own remedy (Utopia's tables outside the RestSegs) does not
+            // get the generic one, which would contradict it.
+            Error::OutOfMemory(m) if m.contains("raise ") => write!(f, "simulated machine out of physical memory: {m}"),
             Error::OutOfMemory(m) => write!(
                 f,
                 "simulated machine out of physical memory: {m} (raise os.memory, or host.os.memory for a guest@host \

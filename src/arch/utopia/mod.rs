@@ -316,6 +316,24 @@ impl Utopia {
     }
 }
 
+impl Utopia {
+    /// Names what a failed TAR or SF allocation needs: each address space's TAR and SF of every
+    /// RestSeg come from the memory outside the RestSegs, which without a FlexSeg is
+    /// `arch.utopia.kernel_reserve` (raising `os.memory` then grows the RestSeg, not that).
+    fn tables_oom(&self, e: Error, g: &RestSeg) -> Error {
+        match e {
+            Error::OutOfMemory(m) if !self.cfg.flexseg => Error::OutOfMemory(format!(
+                "{m}; each address space's TAR ({} KiB) and SF ({} KiB) of a RestSeg come from the memory outside the \
+                 RestSegs: raise arch.utopia.kernel_reserve (now {} MiB) for more address spaces",
+                g.tar_bytes >> 10,
+                g.sf_bytes >> 10,
+                self.cfg.kernel_reserve >> 20
+            )),
+            e => e,
+        }
+    }
+}
+
 impl Tdb for Utopia {
     type Space = UtopiaSpace;
 
@@ -326,8 +344,8 @@ impl Tdb for Utopia {
         for g in &self.segs {
             let order_for = |bytes: u64| ceil_log2(bytes.div_ceil(4096).max(1));
             let (tar_order, sf_order) = (order_for(g.tar_bytes), order_for(g.sf_bytes));
-            let tar_pfn = env.alloc_table(tar_order)?;
-            let sf_pfn = env.alloc_table(sf_order)?;
+            let tar_pfn = env.alloc_table(tar_order).map_err(|e| self.tables_oom(e, g))?;
+            let sf_pfn = env.alloc_table(sf_order).map_err(|e| self.tables_oom(e, g))?;
             info.tar_base.push(tar_pfn.addr());
             info.sf_base.push(sf_pfn.addr());
             let slots = (g.sets as usize) * g.ways;

@@ -363,6 +363,17 @@ fn restrictive_only_refuses_fork_clearly() {
     assert!(e.contains("without a FlexSeg") && e.contains("copy-on-write"), "{e}");
 }
 
+/// Without a FlexSeg the RestSeg takes all memory but `kernel_reserve`, where every address
+/// space's TAR and SF live: running out of it names that key, not `os.memory`.
+#[test]
+fn restrictive_only_names_the_kernel_reserve_when_tars_do_not_fit() {
+    let cfg = UtopiaConfig { restsegs: vec![seg(0, PageSize::K4, 16)], flexseg: false, kernel_reserve: 4 << 20, ..UtopiaConfig::default() };
+    let mut os = os_with(cfg, 256 << 20, false);
+    let e = (0..64).find_map(|_| os.spawn(false).err()).expect("a 4 MiB reserve runs out of TARs");
+    let e = e.to_string();
+    assert!(e.contains("arch.utopia.kernel_reserve (now 4 MiB)") && !e.contains("raise os.memory"), "{e}");
+}
+
 #[test]
 fn a_huge_victim_is_split_when_memory_has_no_2m_block() {
     let cfg = UtopiaConfig { restsegs: vec![seg(4 << 20, PageSize::M2, 2)], ..UtopiaConfig::default() };
