@@ -66,6 +66,10 @@ fn to_py(py: Python<'_>, e: Error) -> PyErr {
                 kw.set_item("kind", "check")?;
                 "XlateError"
             }
+            Error::Unsupported(_) => {
+                kw.set_item("kind", "unsupported")?;
+                "XlateError"
+            }
         };
         Ok(PyErr::from_value(errors.getattr(class)?.call((msg.clone(),), Some(&kw))?))
     };

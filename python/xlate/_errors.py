@@ -9,11 +9,13 @@ from typing import Any, List, Optional
 
 class XlateError(Exception):
     """Any error of the simulator: a bad configuration, a malformed trace, an unreadable file, a
-    workload that failed, a simulated machine out of memory, a checked-mode mismatch.
+    workload that failed, a simulated machine out of memory, a failed translation check, a
+    design asked for what it cannot do.
 
     Attributes:
         kind: ``"config"``, ``"unknown"``, ``"trace"``, ``"io"``, ``"workload"``,
-            ``"out_of_memory"``, ``"check"`` or ``"error"``.
+            ``"out_of_memory"``, ``"check"`` (a translation check failed: a bug),
+            ``"unsupported"`` (a design's documented limit) or ``"error"``.
         path: the file at fault (``"io"`` and ``"trace"`` errors), else None.
         name: the workload (``"workload"``) or the unknown name (``"unknown"``), else None.
     """
