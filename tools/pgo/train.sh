@@ -6,7 +6,7 @@
 # compiled without it), never correctness.
 #
 # Needs llvm-profdata from LLVM 19 or later (Debian: `apt-get install llvm-19`); set
-# LLVM_PROFDATA to pick one. About 8 minutes on 2 cores.
+# LLVM_PROFDATA to pick one. About 5 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 profdata=${LLVM_PROFDATA:-}
