@@ -9,7 +9,8 @@
 //! is the last sharer, just makes the page writable again. A frame is freed when its last
 //! sharer unmaps it. A page whose frame names one address space's page (a Utopia RestSeg slot)
 //! first moves to a buddy frame, where shared pages live. A design without synonyms (DIPTA,
-//! restrictive-only Utopia) refuses the child's mappings with its own error.
+//! restrictive-only Utopia) refuses the child's mappings with its own error. Pages the parent
+//! has swapped out stay swapped out in both: each reads its own copy back on its first touch.
 //!
 //! What is simplified: the translations' protection is not cached in the TLBs, so the write
 //! fault is taken by the OS model when a store reaches a page marked copy-on-write, before the
@@ -31,6 +32,10 @@ impl<D: Driver> Os<D> {
         };
         self.procs[child as usize].vmas = vmas;
         self.procs[child as usize].next_mmap = next_mmap;
+        // The parent's swapped-out pages are the child's too (Linux copies the swap entries):
+        // the child's first touch of one reads it back, as the parent's would.
+        let swapped = self.procs[parent as usize].swapped.clone();
+        self.procs[child as usize].swapped = swapped;
         self.cost.set_path(Path::Fault);
         self.move_out_before_sharing(parent)?;
         // The parent's pages, in address order (deterministic), each read through the API.
@@ -148,4 +153,35 @@ impl<D: Driver> Os<D> {
 #[inline]
 pub(super) fn cow_key(asid: u16, va: u64, size: PageSize) -> u64 {
     ((size.align_down(va) >> 12) << 19) | ((asid as u64) << 3) | size.index() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::radix::{Radix, RadixConfig};
+    use crate::os::{MapFlags, OsConfig, SwapConfig, ThpMode};
+
+    /// Pages the parent swapped out before the fork stay swapped out in the child: its first
+    /// touch of one is a swap-in, not a fresh page, and the parent's later touch is one too.
+    #[test]
+    fn the_child_inherits_swapped_out_pages() {
+        let swap = SwapConfig { enabled: true, ..SwapConfig::default() };
+        let cfg = OsConfig { memory: 32 << 20, thp: ThpMode::Never, swap, ..OsConfig::default() };
+        let mut os = Os::boot(Radix::from_config(&RadixConfig::default(), 1).unwrap(), &cfg, 1).unwrap();
+        let p = os.spawn(false).unwrap();
+        let len = 48 << 20;
+        let base = os.mmap(p, len, MapFlags::default()).unwrap();
+        for va in (base..base + len).step_by(4096) {
+            os.fault(p, va).unwrap();
+        }
+        assert!(os.stats.swap_outs > 0, "48 MiB of pages in 32 MiB swap some out");
+        let out = (base..base + len).step_by(4096).find(|&va| os.truth(p, va).is_none()).expect("a swapped-out page");
+        let c = os.fork(p).unwrap();
+        let before = os.stats.swap_ins;
+        os.fault(c, out).unwrap();
+        assert_eq!(os.stats.swap_ins, before + 1, "the child reads the page back");
+        os.fault(p, out).unwrap();
+        assert_eq!(os.stats.swap_ins, before + 2, "and the parent reads its own copy back");
+        assert!(os.truth(c, out).is_some() && os.truth(c, out) != os.truth(p, out), "in frames of their own");
+    }
 }
