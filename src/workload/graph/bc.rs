@@ -184,7 +184,9 @@ impl Bc {
         let Bc { walks, depth, sigma, queue, depth_at, sigma_at, .. } = self;
         let w = &mut walks[t];
         let (u, e0) = (w.u, w.e0);
-        for k in w.slice(g) {
+        let edges = w.slice(g);
+        w.prefetch_at(edges.clone(), depth);
+        for k in edges {
             let v = w.nbr[k];
             lane.ld(g.col_addr(e0 + k as u64), 4, IP_COL, 4);
             let da = *depth_at + 4 * u64::from(v);
@@ -236,6 +238,7 @@ impl Bc {
         let w = &mut self.walks[t];
         let (u, e0) = (w.u, w.e0);
         let range = w.slice(g);
+        w.prefetch_at(range.clone(), &self.depth);
         let closed = !w.open;
         let su = self.sigma[u as usize];
         for k in range {

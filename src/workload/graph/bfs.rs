@@ -113,7 +113,9 @@ impl Kernel for Bfs {
             return true;
         }
         let (u, e0) = (w.u, w.e0);
-        for k in w.slice(g) {
+        let edges = w.slice(g);
+        w.prefetch_at(edges.clone(), parent);
+        for k in edges {
             let v = w.nbr[k];
             lane.ld(g.col_addr(e0 + k as u64), 4, IP_COL, 4);
             let pa = *parent_at + 4 * u64::from(v);

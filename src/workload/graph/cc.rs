@@ -134,7 +134,9 @@ impl Kernel for Cc {
             return true;
         }
         let (u, e0) = (w.u, w.e0);
-        for k in w.slice(g) {
+        let edges = w.slice(g);
+        w.prefetch_at(edges.clone(), comp);
+        for k in edges {
             let v = w.nbr[k];
             lane.ld(g.col_addr(e0 + k as u64), 4, IP_COL, 4);
             lane.ld(at(u), 4, IP_CU, 2);

@@ -157,7 +157,9 @@ impl Kernel for Pr {
         let u = w.u;
         let c = self.damping * f64::from(self.rank.get(u as usize)) / w.deg as f64;
         let e0 = w.e0;
-        for k in w.slice(g) {
+        let edges = w.slice(g);
+        w.prefetch_at(edges.clone(), &self.next);
+        for k in edges {
             let v = w.nbr[k];
             lane.ld(g.col_addr(e0 + k as u64), 4, IP_COL, 4);
             let a = self.next_at + 8 * u64::from(v);

@@ -183,6 +183,7 @@ impl Kernel for Sssp {
         }
         let (u, e0) = (w.u, w.e0);
         let range = w.slice(g);
+        w.prefetch_at(range.clone(), &self.dist);
         for k in range {
             let v = self.walks[t].nbr[k];
             let e = e0 + k as u64;
