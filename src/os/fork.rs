@@ -158,8 +158,8 @@ pub(super) fn cow_key(asid: u16, va: u64, size: PageSize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::arch::radix::{Radix, RadixConfig};
     use crate::os::{MapFlags, OsConfig, SwapConfig, ThpMode};
+    use crate::tapi::flat::Flat;
 
     /// Pages the parent swapped out before the fork stay swapped out in the child: its first
     /// touch of one is a swap-in, not a fresh page, and the parent's later touch is one too.
@@ -167,7 +167,7 @@ mod tests {
     fn the_child_inherits_swapped_out_pages() {
         let swap = SwapConfig { enabled: true, ..SwapConfig::default() };
         let cfg = OsConfig { memory: 32 << 20, thp: ThpMode::Never, swap, ..OsConfig::default() };
-        let mut os = Os::boot(Radix::from_config(&RadixConfig::default(), 1).unwrap(), &cfg, 1).unwrap();
+        let mut os = Os::boot(Flat::with_side(None), &cfg, 1).unwrap();
         let p = os.spawn(false).unwrap();
         let len = 48 << 20;
         let base = os.mmap(p, len, MapFlags::default()).unwrap();
