@@ -59,6 +59,8 @@ const PROFILES: &[(&str, &[&str])] = &[
     ),
     ("multi", &["cores=2", "workload.processes=2", "sim.quantum_instrs=20000", "sim.epoch_accesses=20000"]),
     ("fork", &["sim.fork_after_setup=true"]),
+    // Copy-on-write of huge pages in a machine that must swap to find the copies' frames.
+    ("fork-thp-swap", &["sim.fork_after_setup=true", "os.thp=\"always\"", "os.memory=\"160M\"", "os.swap.enabled=true"]),
     (
         "fork-multi-thp",
         &[

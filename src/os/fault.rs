@@ -83,7 +83,7 @@ impl<D: Driver> Os<D> {
         let base = PageSize::K4.align_down(va);
         let pa = self
             .data_frame(asid, base, PageSize::K4, vma.flags, coala.place_4k && !vma.flags.file_backed)?
-            .ok_or_else(|| Error::OutOfMemory(format!("4 KiB page for {va:#x}")))?;
+            .ok_or_else(|| self.out_of_memory(format!("4 KiB page for {va:#x}")))?;
         self.install(asid, base, pa, PageSize::K4, vma.prot)?;
         if swapin {
             self.stats.faults_swapin += 1;

@@ -49,9 +49,11 @@ impl<D: Driver> Os<D> {
             self.api(parent, Func::Insert, |d, s, env| d.update(s, &ro, env))?;
             self.install(child, o.va, o.pa, o.size, ro.prot).map_err(|e| {
                 let what = format!("fork: the child (ASID {child}) cannot share the parent's {} page at {:#x}", o.size, o.va);
-                // A design's documented limit stays one; anything else is a broken invariant.
+                // A design's documented limit stays one, and so does a machine too small for the
+                // child's tables; anything else is a broken invariant.
                 match e {
                     Error::Unsupported(why) => Error::Unsupported(format!("{what}: {why}")),
+                    Error::OutOfMemory(why) => self.out_of_memory(format!("{what}: {why}")),
                     e => Error::Check(format!("{what}: {e}")),
                 }
             })?;
@@ -92,8 +94,13 @@ impl<D: Driver> Os<D> {
     /// A store by `asid` to `va`: if the page is copy-on-write, gives the writer its own copy
     /// (or, as the last sharer, write access back) and returns the cycles the fault costs (trap
     /// included); `None` if the page is not copy-on-write.
+    ///
+    /// A transparent huge page that another mapping still shares is split first, and only the
+    /// 4 KiB page written is copied: Linux's `do_huge_pmd_wp_page` has split the PMD and retried
+    /// the fault at 4 KiB since 5.8 ("thp: change CoW semantics for anon-THP"), the kernels the
+    /// seeds ran. A HugeTLB page is copied whole (`hugetlb_wp`).
     pub fn cow_fault(&mut self, asid: u16, va: u64, now: f64) -> Result<Option<f64>> {
-        let Some((pa, size)) = self.procs.get(asid as usize).and_then(|p| p.truth.lookup(va)) else { return Ok(None) };
+        let Some((_, size)) = self.procs.get(asid as usize).and_then(|p| p.truth.lookup(va)) else { return Ok(None) };
         let base = size.align_down(va);
         if self.cow.remove(&cow_key(asid, base, size)).is_none() {
             return Ok(None);
@@ -101,9 +108,17 @@ impl<D: Driver> Os<D> {
         self.now = now;
         let before = self.cycles(Path::Fault);
         self.cost.set_path(Path::Fault);
-        let o = self
+        let mut o = self
             .api(asid, Func::Lookup, |d, s, env| d.find(s, base, env))
             .ok_or_else(|| Error::Check(format!("copy-on-write page {base:#x} of ASID {asid} is not mapped")))?;
+        if self.splits_on_write(o.pa, o.size) && self.split_for_write(asid, &o)? {
+            let small = PageSize::K4.align_down(va);
+            self.cow.remove(&cow_key(asid, small, PageSize::K4));
+            o = self
+                .api(asid, Func::Lookup, |d, s, env| d.find(s, small, env))
+                .ok_or_else(|| Error::Check(format!("copy-on-write: the split page {small:#x} of ASID {asid} is not mapped")))?;
+        }
+        let (pa, size, base) = (o.pa, o.size, o.va);
         let rw = o.prot | prot::WRITE;
         let n = self.sharers.get(&pa).copied().unwrap_or(1);
         if n <= 1 {
@@ -116,7 +131,7 @@ impl<D: Driver> Os<D> {
             // The copy's frame is chosen like a new page's at this address (SPARTA: in its partition).
             let to = self
                 .frame_for(asid, base, size, flags)?
-                .ok_or_else(|| Error::OutOfMemory(format!("a {size} frame for a copy-on-write copy at {base:#x}")))?;
+                .ok_or_else(|| self.out_of_memory(format!("a {size} frame for a copy-on-write copy at {base:#x}")))?;
             self.cost.add_to(Func::Copy, Event::Page, size.base_pages());
             self.api(asid, Func::Remove, |d, s, env| d.remove(s, base, size, env));
             self.procs[asid as usize].truth.remove(base, size);
@@ -130,6 +145,74 @@ impl<D: Driver> Os<D> {
         }
         self.shootdown(asid, base, base + size.bytes());
         Ok(Some(self.cycles(Path::Fault) - before + self.cfg.fault_trap_cycles))
+    }
+
+    /// Whether a write to the huge page at `pa` splits it: a transparent huge page (not
+    /// HugeTLB, not a frame the driver places) that another mapping shares, or whose frame
+    /// another sharer's write has split already. An exclusive one is reused whole.
+    fn splits_on_write(&mut self, pa: u64, size: PageSize) -> bool {
+        size != PageSize::K4
+            && !self.is_hugetlb(size)
+            && !self.driver_owns(pa)
+            && (self.split_frames.contains_key(&pa) || self.sharers.get(&pa).is_some_and(|&n| n > 1))
+    }
+
+    /// Splits `asid`'s huge mapping `o` into 4 KiB mappings of the same frames, read-only and
+    /// copy-on-write (`__split_huge_pmd`: the PMD becomes a table of 512 entries). The first
+    /// split of a frame splits its allocation into 4 KiB blocks and gives each the frame's
+    /// mapping count: the other sharers' whole mappings count once on every one. `false`, with
+    /// nothing changed, if the frame is not one buddy block (then the page is copied whole).
+    fn split_for_write(&mut self, asid: u16, o: &TObj) -> Result<bool> {
+        let (pa, size) = (o.pa, o.size);
+        let pages = size.base_pages();
+        match self.split_frames.get(&pa).copied() {
+            Some(whole) if whole > 1 => {
+                self.split_frames.insert(pa, whole - 1);
+            }
+            Some(_) => {
+                self.split_frames.remove(&pa);
+            }
+            None => {
+                if self.phys.split_allocated(Pfn::containing(pa), size.order(), 0).is_err() {
+                    return Ok(false);
+                }
+                let n = self.sharers.remove(&pa).unwrap_or(1);
+                for i in 0..pages {
+                    self.sharers.insert(pa + (i << 12), n);
+                }
+                self.split_frames.insert(pa, n - 1);
+            }
+        }
+        self.api(asid, Func::Remove, |d, s, env| d.remove(s, o.va, size, env));
+        self.procs[asid as usize].truth.remove(o.va, size);
+        let ro = o.prot & !prot::WRITE;
+        for i in 0..pages {
+            let va = o.va + (i << 12);
+            self.install(asid, va, pa + (i << 12), PageSize::K4, ro)?;
+            // The whole page was copy-on-write (its key is what brought the fault here): so is
+            // every piece.
+            self.cow.insert(cow_key(asid, va, PageSize::K4), PageSize::K4);
+        }
+        self.shootdown(asid, o.va, o.va + size.bytes());
+        self.stats.cow_splits += 1;
+        Ok(true)
+    }
+
+    /// Drops a whole mapping of the huge frame at `pa` that another sharer's write has split
+    /// ([`Os::split_for_write`]): one mapping of each of its 4 KiB frames, each freed if that was
+    /// its last.
+    pub(super) fn free_split_frame(&mut self, pa: u64, size: PageSize) -> Result<()> {
+        match self.split_frames.get(&pa).copied() {
+            Some(whole) if whole > 1 => self.split_frames.insert(pa, whole - 1),
+            _ => self.split_frames.remove(&pa),
+        };
+        for i in 0..size.base_pages() {
+            let f = pa + (i << 12);
+            if !self.unshare(f) {
+                self.phys.free(Pfn::containing(f), 0).map_err(Error::Check)?;
+            }
+        }
+        Ok(())
     }
 
     /// Whether the frame at `pa` is shared by more than one mapping: it is not freed, only one
@@ -183,5 +266,51 @@ mod tests {
         os.fault(p, out).unwrap();
         assert_eq!(os.stats.swap_ins, before + 2, "and the parent reads its own copy back");
         assert!(os.truth(c, out).is_some() && os.truth(c, out) != os.truth(p, out), "in frames of their own");
+    }
+
+    /// A store to a shared transparent huge page splits the writer's mapping into 4 KiB pages of
+    /// the same frames and copies only the page written (Linux ≥ 5.8); the other sharer keeps
+    /// its huge mapping until it writes too. Every frame is freed exactly once when both unmap,
+    /// in either order.
+    #[test]
+    fn a_write_to_a_shared_huge_page_splits_it_and_copies_one_page() {
+        for child_unmaps_first in [false, true] {
+            let cfg = OsConfig { memory: 64 << 20, thp: ThpMode::Always, ..OsConfig::default() };
+            let mut os = Os::boot(Flat::with_side(None), &cfg, 1).unwrap();
+            let p = os.spawn(false).unwrap();
+            let free = os.phys.free_pages();
+            let start = os.mmap(p, 8 << 20, MapFlags::default()).unwrap();
+            let base = PageSize::M2.align_down(start) + (2 << 20);
+            let huge = os.fault(p, base).unwrap();
+            assert_eq!(huge.size, PageSize::M2);
+            let c = os.fork(p).unwrap();
+            os.cow_fault(p, base + 0x3000, 0.0).unwrap().expect("a copy-on-write fault");
+            assert_eq!((os.stats.cow_splits, os.stats.cow_copies), (1, 1));
+            let written = os.truth(p, base + 0x3000).unwrap();
+            assert_eq!(written.size, PageSize::K4);
+            assert!(written.pbase < huge.pbase || written.pbase >= huge.pbase + (2 << 20), "a new frame");
+            let kept = os.truth(p, base + 0x5000).unwrap();
+            assert_eq!((kept.pbase, kept.size), (huge.pbase + 0x5000, PageSize::K4), "still the shared frame");
+            assert_eq!(os.truth(c, base + 0x3000), Some(huge), "the child keeps its huge mapping");
+            assert!(os.cow_fault(p, base + 0x3000, 0.0).unwrap().is_none(), "the copy is the parent's own");
+            if child_unmaps_first {
+                os.munmap(c, start, 8 << 20).unwrap();
+            } else {
+                // The child's write splits its mapping too: the page the parent copied is the
+                // child's alone (write access back), another one is still shared (a copy).
+                os.cow_fault(c, base + 0x3000, 0.0).unwrap().expect("a copy-on-write fault");
+                assert_eq!((os.stats.cow_splits, os.stats.cow_reuses), (2, 1));
+                assert_eq!(os.truth(c, base + 0x3000).map(|t| t.pbase), Some(huge.pbase + 0x3000));
+                os.cow_fault(c, base + 0x4000, 0.0).unwrap().expect("a copy-on-write fault");
+                assert_eq!(os.stats.cow_copies, 2);
+                os.munmap(c, start, 8 << 20).unwrap();
+            }
+            // The parent's last sharer status: its remaining pieces are its own again.
+            os.cow_fault(p, base + 0x5000, 0.0).unwrap().expect("a copy-on-write fault");
+            assert_eq!(os.truth(p, base + 0x5000).map(|t| t.pbase), Some(huge.pbase + 0x5000), "reused, not copied");
+            os.munmap(p, start, 8 << 20).unwrap();
+            assert_eq!(os.phys.free_pages(), free, "every frame freed once (child unmapped first: {child_unmaps_first})");
+            assert!(os.sharers.is_empty() && os.split_frames.is_empty());
+        }
     }
 }

@@ -168,6 +168,10 @@ pub struct OsStats {
     /// The fragmenter's pages those compactions moved; left out of the JSON while 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub compaction_pages_moved: u64,
+    /// Transparent huge pages a copy-on-write fault split into 4 KiB mappings of the same frames
+    /// before copying the one written (Linux ≥ 5.8; os/fork.rs); left out of the JSON while 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cow_splits: u64,
 }
 
 /// Counters added after golden results existed are left out of the JSON while zero, so runs that
@@ -251,6 +255,11 @@ pub struct Os<D: Driver> {
     resident: VecDeque<(u16, u64, PageSize, u64)>,
     /// Frames mapped by more than one address space (fork): physical base → mappings.
     sharers: IntMap<u32>,
+    /// Huge frames a copy-on-write fault split ([`Os::cow_fault`]) while other address spaces
+    /// still map them whole: physical base → those whole mappings. The frame's allocation is
+    /// then 4 KiB blocks, each with its own count in `sharers` (a whole mapping counts once on
+    /// every one), and dropping a whole mapping drops one mapping of each.
+    split_frames: IntMap<u32>,
     /// Pages shared copy-on-write, by [`fork::cow_key`]: a store to one copies it.
     cow: IntMap<PageSize>,
 }
@@ -316,6 +325,7 @@ impl<D: Driver> Os<D> {
             busy_until: f64::NEG_INFINITY,
             resident: VecDeque::new(),
             sharers: IntMap::default(),
+            split_frames: IntMap::default(),
             cow: IntMap::default(),
         })
     }
@@ -433,6 +443,9 @@ impl<D: Driver> Os<D> {
     }
 
     fn free_frame(&mut self, pa: u64, size: PageSize) -> Result<()> {
+        if size != PageSize::K4 && self.split_frames.contains_key(&pa) {
+            return self.free_split_frame(pa, size); // split by another sharer's write (fork)
+        }
         if self.unshare(pa) {
             return Ok(()); // another address space still maps it (fork)
         }
@@ -447,6 +460,26 @@ impl<D: Driver> Os<D> {
             return self.hugetlb.give_back(&mut self.phys, Pfn::containing(pa), self.cfg.hugetlb_pool > 0);
         }
         self.phys.free(Pfn::containing(pa), size.order()).map_err(Error::Check)
+    }
+
+    /// The simulated machine's memory is exhausted while it needs `what`. With swap on, the
+    /// usual hint (let the OS swap) does not apply: swapping did not make room (nothing left to
+    /// swap out, or no contiguous block for a table).
+    fn out_of_memory(&self, what: String) -> Error {
+        if self.cfg.swap.enabled {
+            Error::OutOfMemory(format!(
+                "{what} (swap is on but could not make room: raise os.memory, or host.os.memory for a guest@host design)"
+            ))
+        } else {
+            Error::OutOfMemory(what)
+        }
+    }
+
+    /// Whether a page of `size` is a HugeTLB page (the 1 GiB pool or `os.hugetlb_size`), which
+    /// [`Os::free_frame`] returns to its pool and copy-on-write copies whole; larger pages of
+    /// any other size are transparent huge pages.
+    fn is_hugetlb(&self, size: PageSize) -> bool {
+        (size == PageSize::G1 && self.cfg.hugetlb_1g > 0) || self.hugetlb.size() == Some(size)
     }
 
     /// Charges the zeroing of `pages` 4 KiB units of new data pages, unless a background thread
