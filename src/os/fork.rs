@@ -57,7 +57,7 @@ impl<D: Driver> Os<D> {
                     e => Error::Check(format!("{what}: {e}")),
                 }
             })?;
-            *self.sharers.entry(o.pa).or_insert(1) += 1;
+            self.add_mapping(o.pa, o.size);
             if o.prot & prot::WRITE != 0 {
                 self.cow.insert(cow_key(parent, o.va, o.size), o.size);
                 self.cow.insert(cow_key(child, o.va, o.size), o.size);
@@ -198,6 +198,21 @@ impl<D: Driver> Os<D> {
         Ok(true)
     }
 
+    /// Counts one more mapping of the frame at `pa` (a fork or a shared mapping): of each of
+    /// its 4 KiB frames if another sharer's write has split it ([`Os::split_for_write`]).
+    pub(super) fn add_mapping(&mut self, pa: u64, size: PageSize) {
+        if size != PageSize::K4 {
+            if let Some(whole) = self.split_frames.get_mut(&pa) {
+                *whole += 1;
+                for i in 0..size.base_pages() {
+                    *self.sharers.entry(pa + (i << 12)).or_insert(1) += 1;
+                }
+                return;
+            }
+        }
+        *self.sharers.entry(pa).or_insert(1) += 1;
+    }
+
     /// Drops a whole mapping of the huge frame at `pa` that another sharer's write has split
     /// ([`Os::split_for_write`]): one mapping of each of its 4 KiB frames, each freed if that was
     /// its last.
@@ -268,6 +283,28 @@ mod tests {
         assert!(os.truth(c, out).is_some() && os.truth(c, out) != os.truth(p, out), "in frames of their own");
     }
 
+    /// What [`one_huge_page`] set up: the free pages before, the 8 MiB VMA, and its 2 MiB page.
+    struct HugePage {
+        free: u64,
+        start: u64,
+        base: u64,
+        huge: Translation,
+    }
+
+    /// A 64 MiB machine with THP always and one process whose 8 MiB VMA has one 2 MiB page
+    /// faulted in.
+    fn one_huge_page() -> (Os<Flat>, u16, HugePage) {
+        let cfg = OsConfig { memory: 64 << 20, thp: ThpMode::Always, ..OsConfig::default() };
+        let mut os = Os::boot(Flat::with_side(None), &cfg, 1).unwrap();
+        let p = os.spawn(false).unwrap();
+        let free = os.phys.free_pages();
+        let start = os.mmap(p, 8 << 20, MapFlags::default()).unwrap();
+        let base = PageSize::M2.align_down(start) + (2 << 20);
+        let huge = os.fault(p, base).unwrap();
+        assert_eq!(huge.size, PageSize::M2);
+        (os, p, HugePage { free, start, base, huge })
+    }
+
     /// A store to a shared transparent huge page splits the writer's mapping into 4 KiB pages of
     /// the same frames and copies only the page written (Linux ≥ 5.8); the other sharer keeps
     /// its huge mapping until it writes too. Every frame is freed exactly once when both unmap,
@@ -275,14 +312,7 @@ mod tests {
     #[test]
     fn a_write_to_a_shared_huge_page_splits_it_and_copies_one_page() {
         for child_unmaps_first in [false, true] {
-            let cfg = OsConfig { memory: 64 << 20, thp: ThpMode::Always, ..OsConfig::default() };
-            let mut os = Os::boot(Flat::with_side(None), &cfg, 1).unwrap();
-            let p = os.spawn(false).unwrap();
-            let free = os.phys.free_pages();
-            let start = os.mmap(p, 8 << 20, MapFlags::default()).unwrap();
-            let base = PageSize::M2.align_down(start) + (2 << 20);
-            let huge = os.fault(p, base).unwrap();
-            assert_eq!(huge.size, PageSize::M2);
+            let (mut os, p, HugePage { free, start, base, huge }) = one_huge_page();
             let c = os.fork(p).unwrap();
             os.cow_fault(p, base + 0x3000, 0.0).unwrap().expect("a copy-on-write fault");
             assert_eq!((os.stats.cow_splits, os.stats.cow_copies), (1, 1));
@@ -312,5 +342,27 @@ mod tests {
             assert_eq!(os.phys.free_pages(), free, "every frame freed once (child unmapped first: {child_unmaps_first})");
             assert!(os.sharers.is_empty() && os.split_frames.is_empty());
         }
+    }
+
+    /// Forking a process that still maps a split huge frame whole counts the new mapping on
+    /// every piece: the grandchild's write splits and copies, and every frame is freed once.
+    #[test]
+    fn a_fork_after_a_split_counts_every_piece() {
+        let (mut os, p, HugePage { free, start, base, huge }) = one_huge_page();
+        let c = os.fork(p).unwrap();
+        os.cow_fault(p, base, 0.0).unwrap().expect("the parent's write splits and copies");
+        let g = os.fork(c).unwrap();
+        assert_eq!(os.truth(g, base + 0x1000), Some(huge), "the grandchild shares the child's whole mapping");
+        os.cow_fault(g, base + 0x1000, 0.0).unwrap().expect("a copy-on-write fault");
+        assert_eq!((os.stats.cow_splits, os.stats.cow_copies), (2, 2), "page 1 has three mappings: copied");
+        for (asid, va) in [(c, base + 0x1000), (p, base + 0x1000)] {
+            os.cow_fault(asid, va, 0.0).unwrap().expect("a copy-on-write fault");
+        }
+        assert_eq!((os.stats.cow_splits, os.stats.cow_copies, os.stats.cow_reuses), (3, 3, 1), "the last of page 1 reuses it");
+        for asid in [g, p, c] {
+            os.munmap(asid, start, 8 << 20).unwrap();
+        }
+        assert_eq!(os.phys.free_pages(), free, "every frame freed once");
+        assert!(os.sharers.is_empty() && os.split_frames.is_empty());
     }
 }

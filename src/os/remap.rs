@@ -79,7 +79,7 @@ impl<D: Driver> Os<D> {
             self.install(dst, va, o.pa, o.size, o.prot).map_err(|e| {
                 Error::Check(format!("share: ASID {dst} cannot map ASID {src}'s {} page {:#x} at {va:#x}: {e}", o.size, o.va))
             })?;
-            *self.sharers.entry(o.pa).or_insert(1) += 1;
+            self.add_mapping(o.pa, o.size);
         }
         self.stats.shares += 1;
         Ok(to)
