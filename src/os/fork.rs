@@ -165,23 +165,17 @@ impl<D: Driver> Os<D> {
     fn split_for_write(&mut self, asid: u16, o: &TObj) -> Result<bool> {
         let (pa, size) = (o.pa, o.size);
         let pages = size.base_pages();
-        match self.split_frames.get(&pa).copied() {
-            Some(whole) if whole > 1 => {
-                self.split_frames.insert(pa, whole - 1);
+        if self.split_frames.contains_key(&pa) {
+            self.drop_whole_mapping(pa);
+        } else {
+            if self.phys.split_allocated(Pfn::containing(pa), size.order(), 0).is_err() {
+                return Ok(false);
             }
-            Some(_) => {
-                self.split_frames.remove(&pa);
+            let n = self.sharers.remove(&pa).unwrap_or(1);
+            for i in 0..pages {
+                self.sharers.insert(pa + (i << 12), n);
             }
-            None => {
-                if self.phys.split_allocated(Pfn::containing(pa), size.order(), 0).is_err() {
-                    return Ok(false);
-                }
-                let n = self.sharers.remove(&pa).unwrap_or(1);
-                for i in 0..pages {
-                    self.sharers.insert(pa + (i << 12), n);
-                }
-                self.split_frames.insert(pa, n - 1);
-            }
+            self.split_frames.insert(pa, n - 1);
         }
         self.api(asid, Func::Remove, |d, s, env| d.remove(s, o.va, size, env));
         self.procs[asid as usize].truth.remove(o.va, size);
@@ -196,6 +190,17 @@ impl<D: Driver> Os<D> {
         self.shootdown(asid, o.va, o.va + size.bytes());
         self.stats.cow_splits += 1;
         Ok(true)
+    }
+
+    /// One whole mapping fewer of the split frame at `pa`; the frame is forgotten with its last
+    /// (its 4 KiB pieces keep their own counts).
+    fn drop_whole_mapping(&mut self, pa: u64) {
+        match self.split_frames.get_mut(&pa) {
+            Some(whole) if *whole > 1 => *whole -= 1,
+            _ => {
+                self.split_frames.remove(&pa);
+            }
+        }
     }
 
     /// Counts one more mapping of the frame at `pa` (a fork or a shared mapping): of each of
@@ -217,10 +222,7 @@ impl<D: Driver> Os<D> {
     /// ([`Os::split_for_write`]): one mapping of each of its 4 KiB frames, each freed if that was
     /// its last.
     pub(super) fn free_split_frame(&mut self, pa: u64, size: PageSize) -> Result<()> {
-        match self.split_frames.get(&pa).copied() {
-            Some(whole) if whole > 1 => self.split_frames.insert(pa, whole - 1),
-            _ => self.split_frames.remove(&pa),
-        };
+        self.drop_whole_mapping(pa);
         for i in 0..size.base_pages() {
             let f = pa + (i << 12);
             if !self.unshare(f) {
