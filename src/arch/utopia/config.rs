@@ -43,24 +43,54 @@ impl SetHash {
                     vpn % sets
                 }
             }
-            SetHash::Xor => {
-                let b = ceil_log2(sets).max(1);
-                let mask = (1u64 << b) - 1;
-                let (mut x, mut h) = (vpn, 0u64);
-                while x != 0 {
-                    h ^= x & mask;
-                    x >>= b;
-                }
-                h % sets
-            }
+            SetHash::Xor => xor_fold(vpn, ceil_log2(sets).max(1)) % sets,
             SetHash::Prime => ((vpn / sets).wrapping_mul(DISPLACEMENT_PRIME).wrapping_add(vpn % sets)) % sets,
-            SetHash::Mersenne => {
-                let k = 63 - (sets + 1).leading_zeros(); // largest k with 2^k - 1 <= sets
-                let m = ((1u64 << k) - 1).max(1);
-                vpn % m
-            }
+            SetHash::Mersenne => vpn % mersenne(sets),
         }
     }
+
+    /// What a VPN is divided by to give its tag, the VPN's part a TAR entry keeps (Utopia
+    /// footnote 8: the bits above the set index): with the set, the tag names the VPN
+    /// ([`SetHash::vpn`]), because each hash maps the `divisor` consecutive VPNs that share a
+    /// tag to distinct sets. One set has no index bits: its tag is the VPN.
+    pub fn divisor(self, sets: u64) -> u64 {
+        match self {
+            _ if sets <= 1 => 1,
+            SetHash::Mersenne => mersenne(sets),
+            _ => sets,
+        }
+    }
+
+    /// The VPN of tag `tag` ([`SetHash::divisor`]) in `set`: the inverse of `set` given the tag.
+    pub fn vpn(self, set: u64, tag: u64, sets: u64) -> u64 {
+        let d = self.divisor(sets);
+        match self {
+            _ if d == 1 => tag,
+            SetHash::Modulo | SetHash::Mersenne => tag * d + set,
+            // The low chunk is what XORs with the tag's chunks to the set.
+            SetHash::Xor => tag * d + (set ^ xor_fold(tag, ceil_log2(sets))),
+            SetHash::Prime => tag * d + (set + d - tag.wrapping_mul(DISPLACEMENT_PRIME) % d) % d,
+        }
+    }
+}
+
+/// The XOR of the `b`-bit chunks of `x`.
+#[inline]
+fn xor_fold(mut x: u64, b: u32) -> u64 {
+    let mask = (1u64 << b) - 1;
+    let mut h = 0;
+    while x != 0 {
+        h ^= x & mask;
+        x >>= b;
+    }
+    h
+}
+
+/// The modulus of [`SetHash::Mersenne`]: the largest 2^k − 1 not above `sets` (at least 1).
+#[inline]
+fn mersenne(sets: u64) -> u64 {
+    let k = 63 - (sets + 1).leading_zeros();
+    ((1u64 << k) - 1).max(1)
 }
 
 /// One RestSeg.

@@ -45,11 +45,13 @@ mod config;
 mod policy;
 mod restseg;
 mod rsw;
+mod tar;
 #[cfg(test)]
 mod tests;
 
 pub use config::*;
 use restseg::*;
+use tar::Tar;
 
 /// One address space: the FlexSeg radix table, a TAR and SF per RestSeg, PTW counters.
 pub struct UtopiaSpace {
@@ -168,8 +170,7 @@ impl Utopia {
     /// The slot of `vpn` in `set` of RestSeg `g` of a space (`ss`): a scan of the set's TAR row.
     #[inline]
     fn tar_slot(g: &RestSeg, ss: &SegSpace, set: usize, vpn: u64) -> Option<usize> {
-        let row = &ss.tar[set * g.ways..(set + 1) * g.ways];
-        row.iter().position(|&t| t == vpn).map(|w| set * g.ways + w)
+        ss.tar.find(set * g.ways, g.ways, g.tar_tag(vpn))
     }
 
     /// The slot of `vpn` in RestSeg `i` of `s`, host-side (not charged): its set's TAR row.
@@ -189,7 +190,7 @@ impl Utopia {
             return false;
         }
         if hi - lo > ss.tar.len() as u64 {
-            return ss.tar.iter().enumerate().any(|(slot, &t)| t != NO_TAG && (lo..hi).contains(&t) && !f(t, slot));
+            return g.pages(ss).any(|(slot, vpn)| (lo..hi).contains(&vpn) && !f(vpn, slot));
         }
         let probe = |vpn: u64| Self::tar_slot(g, ss, g.set_of(vpn), vpn);
         if hi - lo <= 4 {
@@ -233,7 +234,7 @@ impl Utopia {
         let g = &mut self.segs[i];
         let ss = &mut s.segs[i];
         let (set, way) = (slot / g.ways, slot % g.ways);
-        let vpn = std::mem::replace(&mut ss.tar[slot], NO_TAG);
+        let vpn = g.tar_vpn(set, ss.tar.take(slot).expect("a slot cleared holds a page"));
         ss.sf[set] -= 1;
         ss.count_region(vpn, false);
         let old = g.global.invalidate_way(set, way);
@@ -263,10 +264,7 @@ impl Utopia {
                     let mut n = 0;
                     for way in 0..g.ways {
                         let slot = set * g.ways + way;
-                        let t = ss.tar[slot];
-                        if t == NO_TAG {
-                            continue;
-                        }
+                        let Some(t) = g.vpn_at(ss, slot) else { continue };
                         n += 1;
                         if g.global.tag_at(set, way) != Some(gtag(t, s.asid)) {
                             return Err(format!("RestSeg {i} slot {slot}: ASID {} TAR holds vpn {t:#x}, global TAR disagrees", s.asid));
@@ -297,7 +295,7 @@ impl Utopia {
         let mut phys = PhysMem::new(64 << 20, 9);
         for s in spaces {
             for (i, g) in self.segs.iter().enumerate() {
-                for vpn in s.segs[i].tar.iter().copied().filter(|&t| t != NO_TAG) {
+                for (_, vpn) in g.pages(&s.segs[i]) {
                     let va = vpn << g.shift;
                     let env = &mut TdbEnv { phys: &mut phys, cost: &mut scratch };
                     if !self.radix.range_is_empty(&mut s.radix, va, va + g.page.bytes(), env) {
@@ -350,7 +348,7 @@ impl Tdb for Utopia {
             info.sf_base.push(sf_pfn.addr());
             let slots = (g.sets as usize) * g.ways;
             segs.push(SegSpace {
-                tar: vec![NO_TAG; slots],
+                tar: Tar::new(slots, g.max_tar_tag(self.va_bits - g.shift)),
                 prot: vec![0; slots],
                 sf: vec![0; g.sets as usize],
                 regions: IntMap::default(),
@@ -370,7 +368,7 @@ impl Tdb for Utopia {
 
     fn destroy_space(&mut self, mut s: UtopiaSpace, env: &mut TdbEnv) -> Result<()> {
         for i in 0..self.segs.len() {
-            let slots: Vec<usize> = (0..s.segs[i].tar.len()).filter(|&slot| s.segs[i].tar[slot] != NO_TAG).collect();
+            let slots: Vec<usize> = s.segs[i].tar.occupied().map(|(slot, _)| slot).collect();
             for slot in slots {
                 self.clear_slot(&mut s, i, slot, env);
             }
@@ -430,7 +428,7 @@ impl Tdb for Utopia {
             )));
         }
         let tag = gtag(vpn, s.asid);
-        if s.segs[i].tar[slot] == vpn {
+        if g.vpn_at(&s.segs[i], slot) == Some(vpn) {
             // Same page, same frame: only metadata changes.
             s.segs[i].prot[slot] = o.prot;
             env.cost.write(1);
@@ -459,11 +457,15 @@ impl Tdb for Utopia {
         if !self.radix.range_is_empty(&mut s.radix, o.va, o.end(), &mut TdbEnv { phys: env.phys, cost: &mut scratch }) {
             return Err(Error::Check(format!("{:#x}: the FlexSeg already maps part of this {} range", o.va, o.size)));
         }
+        if vpn >> (self.va_bits - g.shift) != 0 {
+            return Err(Error::Check(format!("{:#x}: beyond the {}-bit virtual addresses of the FlexSeg's table", o.va, self.va_bits)));
+        }
         let g = &mut self.segs[i];
         g.global.insert_at(set, way, tag);
         g.reuse[slot] = 0;
         let ss = &mut s.segs[i];
-        ss.tar[slot] = vpn;
+        let stored = ss.tar.put(slot, g.tar_tag(vpn));
+        debug_assert!(stored, "checked above");
         ss.prot[slot] = o.prot;
         ss.sf[set] += 1;
         ss.count_region(vpn, true);

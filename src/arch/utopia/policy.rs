@@ -55,6 +55,8 @@ impl FramePlacement<Utopia> for Utopia {
                 sets,
                 ways: r.ways as usize,
                 hash: r.hash,
+                tag_div: r.hash.divisor(sets),
+                tag_shift: Some(r.hash.divisor(sets)).filter(|d| d.is_power_of_two()).map(u64::trailing_zeros),
                 global: SetAssoc::new(sets as usize, r.ways as usize, Replacement::Srrip),
                 reuse: vec![0; (sets * ways) as usize],
                 set_bits: entry * ways,

@@ -29,10 +29,14 @@ pub(super) struct RestSeg {
     pub(super) sets: u64,
     pub(super) ways: usize,
     pub(super) hash: SetHash,
+    /// [`SetHash::divisor`] of the sets, and its log2 when it is a power of two.
+    pub(super) tag_div: u64,
+    pub(super) tag_shift: Option<u32>,
     /// Global TAR: tag = VPN << 16 | ASID; SRRIP picks the victim.
     pub(super) global: SetAssoc,
-    /// RSW hits of the page in each slot since it arrived.
-    pub(super) reuse: Vec<u32>,
+    /// RSW hits of the page in each slot since it arrived, saturating: the histogram they feed
+    /// ([`RestSeg::record_reuse`]) tells apart only up to "more than 20", so a byte holds them.
+    pub(super) reuse: Vec<u8>,
     /// Bits of one set's TAR entries and of one SF counter.
     pub(super) set_bits: u64,
     pub(super) sf_counter_bits: u64,
@@ -50,6 +54,37 @@ impl RestSeg {
     #[inline(always)]
     pub(super) fn set_of(&self, vpn: u64) -> usize {
         self.hash.set(vpn, self.sets) as usize
+    }
+
+    /// The TAR tag of `vpn` ([`tar`](super::tar)).
+    #[inline(always)]
+    pub(super) fn tar_tag(&self, vpn: u64) -> u64 {
+        match self.tag_shift {
+            Some(s) => vpn >> s,
+            None => vpn / self.tag_div,
+        }
+    }
+
+    /// The VPN whose TAR tag in `set` is `tag`.
+    #[inline]
+    pub(super) fn tar_vpn(&self, set: usize, tag: u64) -> u64 {
+        self.hash.vpn(set as u64, tag, self.sets)
+    }
+
+    /// The widest TAR tag of a VPN below 2^`vpn_bits`.
+    pub(super) fn max_tar_tag(&self, vpn_bits: u32) -> u64 {
+        self.tar_tag(u64::MAX >> (64 - vpn_bits.clamp(1, 64)))
+    }
+
+    /// The VPN of this space's page in `slot`, if any.
+    #[inline]
+    pub(super) fn vpn_at(&self, ss: &SegSpace, slot: usize) -> Option<u64> {
+        ss.tar.tag_at(slot).map(|t| self.tar_vpn(slot / self.ways, t))
+    }
+
+    /// This space's pages, as (slot, VPN), in slot order.
+    pub(super) fn pages<'a>(&'a self, ss: &'a SegSpace) -> impl Iterator<Item = (usize, u64)> + 'a {
+        ss.tar.occupied().map(|(slot, t)| (slot, self.tar_vpn(slot / self.ways, t)))
     }
 
     /// The lowest free way of `set` (the global TAR's), if any.
@@ -92,8 +127,6 @@ impl RestSeg {
     }
 }
 
-pub(super) const NO_TAG: u64 = u64::MAX;
-
 /// Pages per region of [`SegSpace::regions`], a power of two: 2 MiB of 4 KiB pages, 1 GiB of
 /// 2 MiB pages, so a huge-page range check of a 4 KiB RestSeg reads one count.
 pub(super) const REGION_PAGES: u64 = 512;
@@ -116,8 +149,8 @@ impl SegSpace {
 
 /// One process's TAR and SF of one RestSeg.
 pub(super) struct SegSpace {
-    /// Per slot: the VPN of this process's page there, or `NO_TAG`.
-    pub(super) tar: Vec<u64>,
+    /// Per slot: the tag of this process's page there ([`RestSeg::tar_tag`]), if any.
+    pub(super) tar: Tar,
     /// Per slot: protection (part of the 10 metadata bits).
     pub(super) prot: Vec<u8>,
     /// Per set: pages of this process in the set.
