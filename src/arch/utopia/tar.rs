@@ -19,10 +19,15 @@ const PER_LINE: usize = 16;
 #[derive(Clone, Copy)]
 struct Line([u32; PER_LINE]);
 
+// SAFETY: `repr(C)` over `[u32; PER_LINE]`: 64 bytes, no padding, every bit pattern valid.
+unsafe impl bytemuck::Zeroable for Line {}
+// SAFETY: as above; `Copy` and `'static`.
+unsafe impl bytemuck::Pod for Line {}
+
 /// The tags of one space in one RestSeg, by slot (set × ways + way).
 pub(super) struct Tar(Keys);
 
-/// A [`Tar`]'s storage, private to keep `len` within `lines`.
+/// A [`Tar`]'s storage.
 enum Keys {
     /// Tags below `u32::MAX`, in host lines; `len` slots of them are used.
     Narrow { lines: Vec<Line>, len: usize },
@@ -43,21 +48,13 @@ impl Tar {
     /// The narrow tags as one slice.
     #[inline(always)]
     fn narrow(lines: &[Line], len: usize) -> &[u32] {
-        // `Keys` is private to this module, and `Tar::new` makes `len` at most `PER_LINE` per line.
-        debug_assert!(len <= lines.len() * PER_LINE);
-        // SAFETY: `Line` is `repr(C)` around `[u32; PER_LINE]` (64 bytes, no padding, and its
-        // alignment a multiple of `u32`'s), so `lines` is `lines.len() * PER_LINE` initialised,
-        // contiguous, aligned `u32`s, of which the first `len` (no more: above) are borrowed for
-        // as long as `lines`.
-        unsafe { std::slice::from_raw_parts(lines.as_ptr().cast::<u32>(), len) }
+        &bytemuck::cast_slice(lines)[..len]
     }
 
     /// [`Tar::narrow`], mutably.
     #[inline(always)]
     fn narrow_mut(lines: &mut [Line], len: usize) -> &mut [u32] {
-        debug_assert!(len <= lines.len() * PER_LINE);
-        // SAFETY: as in `narrow`; the borrow of `lines` is exclusive.
-        unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr().cast::<u32>(), len) }
+        &mut bytemuck::cast_slice_mut(lines)[..len]
     }
 
     /// Slots.
