@@ -47,6 +47,7 @@ impl FramePlacement<Utopia> for Utopia {
             let ways = r.ways as u64;
             let entry = tar_entry_bits(r.page.bytes(), sets, self.va_bits) as u64;
             let sf_counter_bits = ceil_log2(ways) as u64 + 1;
+            let tag_div = r.hash.divisor(sets);
             self.segs.push(RestSeg {
                 base: pfn.addr(),
                 size,
@@ -55,8 +56,8 @@ impl FramePlacement<Utopia> for Utopia {
                 sets,
                 ways: r.ways as usize,
                 hash: r.hash,
-                tag_div: r.hash.divisor(sets),
-                tag_shift: Some(r.hash.divisor(sets)).filter(|d| d.is_power_of_two()).map(u64::trailing_zeros),
+                tag_div,
+                tag_shift: Some(tag_div).filter(|d| d.is_power_of_two()).map(u64::trailing_zeros),
                 global: SetAssoc::new(sets as usize, r.ways as usize, Replacement::Srrip),
                 reuse: vec![0; (sets * ways) as usize],
                 set_bits: entry * ways,

@@ -1,13 +1,13 @@
 //! One space's Tag Array (TAR) of one RestSeg, host-side: per slot the tag of the page there.
 //!
-//! A tag is what the hardware's TAR entry keeps (Utopia footnote 8): the VPN's part above the set
-//! index, `vpn / divisor` ([`SetHash::divisor`](super::SetHash::divisor)), from which the slot's
-//! set gives the VPN back ([`SetHash::vpn`](super::SetHash::vpn)). Tags that fit in 32 bits (every 4 KiB RestSeg of 16 sets or more under
-//! a 4-level table, of 8,192 or more under 5 levels) are kept as `u32` in rows of 64-byte
-//! aligned host lines, so a 16-way set's row is one host cache line. The RestSeg walk scans its
-//! set's row on every L2 TLB miss, and the row is rarely in the host's caches (perf put 60 % of
-//! `side_lookup`'s samples on the scan's first load when rows were `u64` VPNs: two or three
-//! host lines each). Wider tags are kept as `u64`.
+//! A tag is what the hardware's TAR entry keeps (Utopia footnote 8): the VPN's part above the
+//! set index, `vpn / divisor` ([`SetHash::divisor`](super::SetHash::divisor)), from which the
+//! slot's set gives the VPN back ([`SetHash::vpn`](super::SetHash::vpn)). Tags that fit in 32
+//! bits (every 4 KiB RestSeg of 16 sets or more under a 4-level table, of 8,192 or more under 5
+//! levels) are kept as `u32` in 64-byte-aligned host lines, so a 16-way set's row is one host
+//! cache line. The RestSeg walk scans its set's row on every L2 TLB miss, and the row is rarely
+//! in the host's caches (perf put 59 % of `side_lookup`'s samples on the scan's first load when
+//! rows were `u64` VPNs, two or three host lines each). Wider tags are kept as `u64`.
 
 const NARROW_EMPTY: u32 = u32::MAX;
 const WIDE_EMPTY: u64 = u64::MAX;
