@@ -158,11 +158,22 @@ impl<D: Driver> Os<D> {
     }
 
     /// Splits `asid`'s huge mapping `o` into 4 KiB mappings of the same frames, read-only and
-    /// copy-on-write (`__split_huge_pmd`: the PMD becomes a table of 512 entries). The first
-    /// split of a frame splits its allocation into 4 KiB blocks and gives each the frame's
-    /// mapping count: the other sharers' whole mappings count once on every one. `false`, with
-    /// nothing changed, if the frame is not one buddy block (then the page is copied whole).
+    /// copy-on-write (`__split_huge_pmd` on a write fault); `false`, with nothing changed, if the
+    /// frame is not one buddy block (then the page is copied whole).
     fn split_for_write(&mut self, asid: u16, o: &TObj) -> Result<bool> {
+        let split = self.split_mapping(asid, o, o.prot & !prot::WRITE, true)?;
+        self.stats.cow_splits += u64::from(split);
+        Ok(split)
+    }
+
+    /// Splits `asid`'s huge mapping `o` into 4 KiB mappings of the same frames with protection
+    /// `prot`, each copy-on-write if `cow` (`__split_huge_pmd`: the PMD becomes a table of 512
+    /// entries), and shoots the huge page down. The first split of a shared frame splits its
+    /// allocation into 4 KiB blocks and gives each the frame's mapping count: the other
+    /// sharers' whole mappings count once on every one. An unshared frame's allocation is split
+    /// alone, each piece then freed on its own. `false`, with nothing changed, if the frame is
+    /// not one buddy block.
+    pub(super) fn split_mapping(&mut self, asid: u16, o: &TObj, prot: u8, cow: bool) -> Result<bool> {
         let (pa, size) = (o.pa, o.size);
         let pages = size.base_pages();
         if self.split_frames.contains_key(&pa) {
@@ -172,23 +183,24 @@ impl<D: Driver> Os<D> {
                 return Ok(false);
             }
             let n = self.sharers.remove(&pa).unwrap_or(1);
-            for i in 0..pages {
-                self.sharers.insert(pa + (i << 12), n);
+            if n > 1 {
+                for i in 0..pages {
+                    self.sharers.insert(pa + (i << 12), n);
+                }
+                self.split_frames.insert(pa, n - 1);
             }
-            self.split_frames.insert(pa, n - 1);
         }
         self.api(asid, Func::Remove, |d, s, env| d.remove(s, o.va, size, env));
         self.procs[asid as usize].truth.remove(o.va, size);
-        let ro = o.prot & !prot::WRITE;
         for i in 0..pages {
             let va = o.va + (i << 12);
-            self.install(asid, va, pa + (i << 12), PageSize::K4, ro)?;
-            // The whole page was copy-on-write (its key is what brought the fault here): so is
-            // every piece.
-            self.cow.insert(cow_key(asid, va, PageSize::K4), PageSize::K4);
+            self.install(asid, va, pa + (i << 12), PageSize::K4, prot)?;
+            if cow {
+                // The whole page was copy-on-write: so is every piece.
+                self.cow.insert(cow_key(asid, va, PageSize::K4), PageSize::K4);
+            }
         }
         self.shootdown(asid, o.va, o.va + size.bytes());
-        self.stats.cow_splits += 1;
         Ok(true)
     }
 
@@ -343,6 +355,54 @@ mod tests {
             os.munmap(p, start, 8 << 20).unwrap();
             assert_eq!(os.phys.free_pages(), free, "every frame freed once (child unmapped first: {child_unmaps_first})");
             assert!(os.sharers.is_empty() && os.split_frames.is_empty());
+        }
+    }
+
+    /// An `munmap` that cuts a transparent huge page splits it (`split_huge_pmd`): the pages
+    /// inside the range are unmapped and their frames freed, the rest stay mapped as 4 KiB
+    /// pages of the same frames; unmapping the rest frees every frame once.
+    #[test]
+    fn an_unmap_that_cuts_a_huge_page_splits_it() {
+        let (mut os, p, HugePage { free, start, base, huge }) = one_huge_page();
+        let before = os.phys.free_pages();
+        os.munmap(p, base + 0x1000, 0x2000).unwrap();
+        assert_eq!(os.stats.unmap_splits, 1);
+        assert_eq!(os.phys.free_pages(), before + 2, "the two pages inside the range are freed");
+        for (off, mapped) in [(0, true), (0x1000, false), (0x2000, false), (0x3000, true), (0x1f_f000, true)] {
+            let want = mapped.then_some(Translation { pbase: huge.pbase + off, size: PageSize::K4 });
+            assert_eq!(os.truth(p, base + off), want, "offset {off:#x}");
+        }
+        // The pages outside stay the process's, and writable.
+        assert!(os.cow_fault(p, base + 0x3000, 0.0).unwrap().is_none());
+        os.munmap(p, start, 8 << 20).unwrap();
+        assert_eq!(os.phys.free_pages(), free, "every frame freed once");
+        assert!(os.sharers.is_empty() && os.split_frames.is_empty() && !os.has_cow());
+    }
+
+    /// A cut of a huge page that a fork shares splits only the unmapping process's mapping: the
+    /// other keeps its huge page, the pieces left stay copy-on-write, and every frame is freed
+    /// once when both have unmapped, in either order.
+    #[test]
+    fn an_unmap_that_cuts_a_shared_huge_page_splits_one_mapping() {
+        for parent_cuts in [false, true] {
+            let (mut os, p, HugePage { free, start, base, huge }) = one_huge_page();
+            let c = os.fork(p).unwrap();
+            let (cutter, other) = if parent_cuts { (p, c) } else { (c, p) };
+            os.munmap(cutter, base, 0x1000).unwrap();
+            assert_eq!(os.stats.unmap_splits, 1);
+            assert_eq!(os.truth(cutter, base), None);
+            assert_eq!(os.truth(cutter, base + 0x1000), Some(Translation { pbase: huge.pbase + 0x1000, size: PageSize::K4 }));
+            assert_eq!(os.truth(other, base), Some(huge), "the other mapping stays whole");
+            // A piece still shared is copied on a write; the other's write splits its mapping.
+            os.cow_fault(cutter, base + 0x1000, 0.0).unwrap().expect("a copy-on-write fault");
+            assert_eq!(os.stats.cow_copies, 1);
+            os.cow_fault(other, base + 0x2000, 0.0).unwrap().expect("a copy-on-write fault");
+            assert_eq!((os.stats.cow_splits, os.stats.cow_copies), (1, 2));
+            for asid in [other, cutter] {
+                os.munmap(asid, start, 8 << 20).unwrap();
+            }
+            assert_eq!(os.phys.free_pages(), free, "every frame freed once (parent cuts: {parent_cuts})");
+            assert!(os.sharers.is_empty() && os.split_frames.is_empty() && !os.has_cow());
         }
     }
 

@@ -172,6 +172,11 @@ pub struct OsStats {
     /// before copying the one written (Linux ≥ 5.8; os/fork.rs); left out of the JSON while 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cow_splits: u64,
+    /// Transparent huge pages an `munmap` cut, split into 4 KiB mappings of the same frames so
+    /// that only the pages inside the range are unmapped (Linux's `split_huge_pmd`); left out of
+    /// the JSON while 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unmap_splits: u64,
 }
 
 /// Counters added after golden results existed are left out of the JSON while zero, so runs that
@@ -516,19 +521,40 @@ impl<D: Driver> Os<D> {
         Ok(())
     }
 
-    /// `munmap`: removes every translation in the range (a huge page only partly inside is
-    /// removed whole; see docs/os-model.md), frees the frames, shoots the range down.
+    /// `munmap`: removes every translation in the range, frees the frames, shoots the range
+    /// down. A transparent huge page the range cuts is first split into 4 KiB mappings of the
+    /// same frames, so the pages outside the range stay mapped ([`Os::split_mapping`], Linux's
+    /// `split_huge_pmd`); a HugeTLB page or a frame the driver places is removed whole (see
+    /// docs/os-model.md).
     pub fn munmap(&mut self, asid: u16, addr: u64, len: u64) -> Result<()> {
         self.cost.set_path(Path::Unmap);
         let end = addr + len;
         let lo = PageSize::G1.align_down(addr);
-        let mut objs = Vec::new();
-        self.api(asid, Func::Iterate, |d, s, env| d.for_each(s, lo, end, env, &mut |o| objs.push(*o)));
+        let mut objs = self.objects_in(asid, lo, end);
+        let mut split = false;
+        for o in objs.iter().filter(|o| o.end() > addr && (o.va < addr || o.end() > end)) {
+            if o.size == PageSize::K4 || self.is_hugetlb(o.size) || self.driver_owns(o.pa) {
+                continue;
+            }
+            let key = fork::cow_key(asid, o.va, o.size);
+            let cow = self.cow.remove(&key).is_some();
+            if self.split_mapping(asid, o, o.prot, cow)? {
+                self.stats.unmap_splits += 1;
+                split = true;
+            } else if cow {
+                self.cow.insert(key, o.size); // not split: removed whole below
+            }
+        }
+        if split {
+            objs = self.objects_in(asid, lo, end);
+        }
         let mut lo_sd = addr;
         let mut hi_sd = end;
         for o in objs.iter().filter(|o| o.end() > addr) {
             self.api(asid, Func::Remove, |d, s, env| d.remove(s, o.va, o.size, env));
             self.procs[asid as usize].truth.remove(o.va, o.size);
+            // A page unmapped is no longer copy-on-write (a later mapping here is a new page).
+            self.cow.remove(&fork::cow_key(asid, o.va, o.size));
             self.free_frame(o.pa, o.size)?;
             lo_sd = lo_sd.min(o.va);
             hi_sd = hi_sd.max(o.end());
@@ -547,6 +573,13 @@ impl<D: Driver> Os<D> {
         self.stats.unmaps += 1;
         self.shootdown(asid, lo_sd, hi_sd);
         Ok(())
+    }
+
+    /// The translations of `asid` overlapping `[start, end)`, read through the API.
+    fn objects_in(&mut self, asid: u16, start: u64, end: u64) -> Vec<TObj> {
+        let mut objs = Vec::new();
+        self.api(asid, Func::Iterate, |d, s, env| d.for_each(s, start, end, env, &mut |o| objs.push(*o)));
+        objs
     }
 
     /// Background work due by `now_ms` on the policies' clock (simulated time × `os.time_scale`): migrations the driver asked for, then
