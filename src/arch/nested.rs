@@ -45,6 +45,9 @@ use serde_json::{json, Map, Value};
 /// Host ASID of the VM in the host OS.
 const VM: u16 = 0;
 
+/// Host memory a host that does not swap needs beyond the guest's, for its own tables.
+const HOST_TABLE_ROOM: u64 = 64 << 20;
+
 /// The tag of stage-2 entries kept in the core's L2 TLB (`host.ntlb.in_l2_tlb`), in the ASID's
 /// place: above every guest ASID (at most 4096 processes), so they never answer a guest lookup.
 const STAGE2: u16 = u16::MAX;
@@ -140,6 +143,19 @@ impl Default for HostConfig {
 }
 
 impl HostConfig {
+    /// Sizes the host for a guest of `guest_memory` bytes when no layer of the configuration
+    /// set `host.os.memory`: the default 64 GiB while the guest fits in it with the 64 MiB the
+    /// host's tables need ([`Driver::from_config`] of [`Nested`]), else the guest's memory and
+    /// an eighth more for the host's tables and its own use, in whole GiB. A host that swaps
+    /// keeps its size: overcommitting the guest is then the point. Only configurations that the
+    /// fixed 64 GiB refused change.
+    pub fn fit_guest(&mut self, guest_memory: u64) {
+        if self.os.swap.enabled || guest_memory.saturating_add(HOST_TABLE_ROOM) <= self.os.memory {
+            return;
+        }
+        self.os.memory = guest_memory.saturating_add(guest_memory / 8).next_multiple_of(1 << 30);
+    }
+
     /// Checks every section; errors name `host.*` keys.
     pub fn validate(&self) -> Result<()> {
         let host = |e: Error| match e {
@@ -590,7 +606,7 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
     type WalkCache = NestedWc<G, H>;
 
     fn from_config(cfg: &NestedConfig<G, H>, seed: u64) -> Result<Self> {
-        if cfg.host_os.memory < cfg.guest_memory + (64 << 20) && !cfg.host_os.swap.enabled {
+        if cfg.host_os.memory < cfg.guest_memory + HOST_TABLE_ROOM && !cfg.host_os.swap.enabled {
             return Err(Error::config(
                 "host.os.memory",
                 format!(

@@ -575,9 +575,13 @@ impl Layers {
     /// parameters and settings → config file → `--set`.
     pub fn resolve(&self, design: Option<&Design>) -> Result<Config> {
         let mut v = to_value(&Config::default());
+        // Whether any layer names `host.os.memory`; if none does, a nested run sizes its host
+        // from the guest ([`HostConfig::fit_guest`]).
+        let mut host_memory_named = false;
         if let Some(p) = &self.preset {
             let p = preset(p)?;
             let pv = toml::from_str::<toml::Table>(p.toml).map(Value::Table).expect("built-in presets are valid TOML");
+            host_memory_named = names_host_memory(&pv);
             merge(&mut v, &pv, "", &format!("preset {}", p.name))?;
         }
         let mut cfg = from_value(v, "preset")?;
@@ -593,26 +597,37 @@ impl Layers {
             let host = d.nested.map(|n| n.host.settings).unwrap_or(&[]).iter().map(|s| format!("host.{s}"));
             for s in d.settings.iter().map(|s| s.to_string()).chain(host) {
                 let over = set_to_value(&s, &v)?;
+                host_memory_named |= names_host_memory(&over);
                 merge(&mut v, &over, "", &format!("design {}", d.name))?;
             }
             from_value(v.clone(), &format!("design {}", d.name))?;
         }
         if let Some((name, fv)) = &self.file {
+            host_memory_named |= names_host_memory(fv);
             merge(&mut v, fv, "", name)?;
             from_value(v.clone(), name)?;
         }
         for s in &self.sets {
             let over = set_to_value(s, &v)?;
+            host_memory_named |= names_host_memory(&over);
             merge(&mut v, &over, "", "--set")?;
             // Deserialize after each override so a bad value (an unknown enum variant, a negative
             // size) is reported against the key that set it.
             let key = s.split_once('=').map_or(s.as_str(), |(k, _)| k.trim());
             from_value(v.clone(), key)?;
         }
-        let cfg = from_value(v, "config")?;
+        let mut cfg = from_value(v, "config")?;
+        if design.is_some_and(|d| d.nested.is_some()) && !host_memory_named {
+            cfg.host.fit_guest(cfg.os.memory);
+        }
         cfg.validate()?;
         Ok(cfg)
     }
+}
+
+/// Whether the layer `v` sets `host.os.memory`.
+fn names_host_memory(v: &Value) -> bool {
+    v.get("host").and_then(|h| h.get("os")).and_then(|o| o.get("memory")).is_some()
 }
 
 /// The resolved config as TOML text (for `--print-config` and reports).

@@ -450,3 +450,18 @@ fn every_preset_runs_a_nested_design() {
         assert_eq!(r.core.checked, r.core.accesses, "{}", p.name);
     }
 }
+
+/// A nested run whose guest outgrows the default 64 GiB host gets a host sized for it, unless a
+/// layer names `host.os.memory`; native runs and guests that fit keep the default.
+#[test]
+fn an_unnamed_host_memory_fits_the_guest() {
+    let host = |design: &str, sets: &[&str]| config(design, sets).host.os.memory >> 30;
+    assert_eq!(host("radix4@radix4", &[]), 64, "the default 32 GiB guest fits the default host");
+    assert_eq!(host("radix4@radix4", &["os.memory=63G"]), 64, "a guest that fits keeps the default");
+    assert_eq!(host("radix4@radix4", &["os.memory=128G"]), 144, "128 GiB and an eighth");
+    assert_eq!(host("ecpt@radix4", &["os.memory=100G"]), 113, "in whole GiB, rounded up");
+    assert_eq!(host("radix4@radix4", &["os.memory=128G", "host.os.memory=200G"]), 200, "named: kept");
+    assert_eq!(host("radix4@radix4", &["os.memory=128G", "host.os.memory=64G"]), 64, "named, even to the default");
+    assert_eq!(host("radix4@radix4", &["os.memory=128G", "host.os.swap.enabled=true"]), 64, "a swapping host overcommits");
+    assert_eq!(host("radix4", &["os.memory=128G"]), 64, "a native run has no host");
+}
