@@ -610,8 +610,10 @@ impl<G: Driver, H: Driver> Driver for Nested<G, H> {
             return Err(Error::config(
                 "host.os.memory",
                 format!(
-                    "must exceed the guest's os.memory ({} bytes) by at least 64M for the host's own tables, unless the host swaps (host.os.swap.enabled)",
-                    cfg.guest_memory
+                    "is {}, and must exceed the guest's os.memory ({}) by at least {} for the host's own tables, unless the host swaps (host.os.swap.enabled); leave it unset to size the host for the guest",
+                    crate::addr::fmt_bytes(cfg.host_os.memory),
+                    crate::addr::fmt_bytes(cfg.guest_memory),
+                    crate::addr::fmt_bytes(HOST_TABLE_ROOM)
                 ),
             ));
         }

@@ -464,4 +464,8 @@ fn an_unnamed_host_memory_fits_the_guest() {
     assert_eq!(host("radix4@radix4", &["os.memory=128G", "host.os.memory=64G"]), 64, "named, even to the default");
     assert_eq!(host("radix4@radix4", &["os.memory=128G", "host.os.swap.enabled=true"]), 64, "a swapping host overcommits");
     assert_eq!(host("radix4", &["os.memory=128G"]), 64, "a native run has no host");
+    // A named host too small for its guest is refused, in sizes a reader can check.
+    let cfg = config("radix4@radix4", &["os.memory=3G", "host.os.memory=3G"]);
+    let e = xlate::sim::run(arch::lookup("radix4@radix4").unwrap(), &cfg, &[], false).map(|_| ()).expect_err("refused").to_string();
+    assert!(e.contains("`host.os.memory`: is 3 GiB, and must exceed the guest's os.memory (3 GiB) by at least 64 MiB"), "{e}");
 }
