@@ -37,6 +37,7 @@ const WORKLOADS: &[(&str, &[&str])] = &[
     ("dlrm", &["workload.params.footprint=\"96M\""]),
     ("ptrchase", &["workload.params.footprint=\"64M\""]),
     ("sysbench-mem", &[]),
+    ("pagefault", &["workload.params.region=\"8M\"", "workload.params.stride=\"1K\""]),
 ];
 
 /// Settings that make the OS change translations while the MMU caches them, for any design.

@@ -26,12 +26,12 @@ impl<D: Driver> Os<D> {
     pub fn fork(&mut self, parent: u16) -> Result<u16> {
         let implicit = self.proc(parent)?.implicit;
         let child = self.spawn(implicit)?;
-        let (vmas, next_mmap) = {
+        let (vmas, next_mmap, holes) = {
             let p = &self.procs[parent as usize];
-            (p.vmas.clone(), p.next_mmap)
+            (p.vmas.clone(), p.next_mmap, p.holes.clone())
         };
-        self.procs[child as usize].vmas = vmas;
-        self.procs[child as usize].next_mmap = next_mmap;
+        let c = &mut self.procs[child as usize];
+        (c.vmas, c.next_mmap, c.holes) = (vmas, next_mmap, holes);
         // The parent's swapped-out pages are the child's too (Linux copies the swap entries):
         // the child's first touch of one reads it back, as the parent's would.
         let swapped = self.procs[parent as usize].swapped.clone();

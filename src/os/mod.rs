@@ -13,6 +13,7 @@ pub mod eager;
 mod fault;
 mod fork;
 pub mod hawkeye;
+mod holes;
 mod host;
 pub mod hugetlb;
 mod khugepaged;
@@ -202,6 +203,8 @@ pub struct Process<S> {
     /// Ground truth.
     pub truth: Truth,
     next_mmap: u64,
+    /// Ranges of VMAs unmapped whole, which `mmap` reuses before mapping past `next_mmap`.
+    holes: holes::Holes,
     /// Any address is valid (trace-driven runs: the trace's addresses were valid in the real run).
     implicit: bool,
     /// Swapped-out pages: virtual page number (4 KiB units) of the base → size.
@@ -351,6 +354,7 @@ impl<D: Driver> Os<D> {
             space,
             truth: Truth::default(),
             next_mmap: MMAP_BASE,
+            holes: holes::Holes::default(),
             implicit,
             swapped: IntMap::default(),
         });
@@ -411,10 +415,17 @@ impl<D: Driver> Os<D> {
         } else {
             4096
         };
-        let start = p.next_mmap.div_ceil(align) * align;
+        // The lowest hole an unmapped VMA left that fits (os/holes.rs), else past every VMA.
+        let start = match p.holes.take(len, align) {
+            Some(start) => start,
+            None => {
+                let start = p.next_mmap.div_ceil(align) * align;
+                // Leave a 2 MiB hole after each VMA so neighbours never share a 2 MiB region.
+                p.next_mmap = (start + len + (4 << 20)) & !((2 << 20) - 1);
+                start
+            }
+        };
         let end = start + len;
-        // Leave a 2 MiB hole after each VMA so neighbours never share a 2 MiB region.
-        p.next_mmap = (end + (4 << 20)) & !((2 << 20) - 1);
         let vma = Vma { start, end, flags, prot: prot::RW };
         p.vmas.insert(start, vma);
         if !p.implicit && !self.map_policies.is_empty() {
@@ -568,6 +579,9 @@ impl<D: Driver> Os<D> {
             }
             if v.end > end {
                 p.vmas.insert(end, Vma { start: end, ..v });
+            }
+            if v.start >= addr && v.end <= end {
+                p.holes.free(v.start, v.end);
             }
         }
         self.stats.unmaps += 1;

@@ -341,7 +341,10 @@ fn access_loop<D: Driver>(
                 continue;
             }
             if st.pos == st.len {
-                refill(st, sources, &mut m.os)?;
+                let (_, syscalls) = refill(st, sources, &mut m.os)?;
+                // In the agent's cycles, as a copy-on-write fault's are.
+                agents[ai].cycles += syscalls * m.os_scale;
+                m.stats.os_cycles += syscalls * m.os_scale;
                 m.apply_shootdowns(agents);
                 continue;
             }

@@ -520,7 +520,9 @@ fn access_loop<D: Driver, M: Mode>(
             }
             if st.pos == st.len {
                 let proc = st.proc;
-                let stalled = refill(st, sources, &mut eng.os)?;
+                let (stalled, syscalls) = refill(st, sources, &mut eng.os)?;
+                cores[c].cycles += syscalls;
+                cores[c].stats.os_cycles += syscalls;
                 add_new_threads(proc, sources, streams, cores);
                 apply_shootdowns(&mut eng.os, cores, &mut eng.mem);
                 if stalled {
@@ -691,9 +693,12 @@ fn switch_stream<D: Driver>(core: &mut Core<D>, streams: &[Stream], _cfg: &Confi
     false
 }
 
-/// Refills the stream's buffer; returns true if the stream is stalled: it got nothing but has
-/// not ended (a traced program's thread that is blocked).
-fn refill<D: Driver>(st: &mut Stream, sources: &mut [Source], os: &mut Os<D>) -> Result<bool> {
+/// Refills the stream's buffer; returns whether the stream is stalled (it got nothing but has
+/// not ended: a traced program's thread that is blocked), and the OS cycles of the `munmap`s the
+/// workload made while filling, which the caller charges to the core running the stream (the
+/// calling thread runs the syscall; a fault's cycles are charged where it is taken).
+fn refill<D: Driver>(st: &mut Stream, sources: &mut [Source], os: &mut Os<D>) -> Result<(bool, f64)> {
+    let unmap = os.cycles(OsPath::Unmap);
     let (n, ended) = match &mut sources[st.proc] {
         Source::Workload(w) => (w.fill(st.thread, &mut st.buf, &mut ProcVm { os, asid: st.asid })?, true),
         Source::Trace(t, _, _) => {
@@ -719,7 +724,7 @@ fn refill<D: Driver>(st: &mut Stream, sources: &mut [Source], os: &mut Os<D>) ->
     st.pos = 0;
     st.len = n;
     st.done = n == 0 && ended;
-    Ok(n == 0 && !ended)
+    Ok((n == 0 && !ended, os.cycles(OsPath::Unmap) - unmap))
 }
 
 /// The error for access `index` (counted from 0) of a thread, at `vaddr`, at or above the

@@ -13,6 +13,12 @@ const WORKLOADS: &[(&str, &[&str])] = &[
     ),
     ("stream", &["workload.name=\"stream\"", "workload.params.footprint=48M", "workload.params.stride=64"]),
     ("ptrchase", &["workload.name=\"ptrchase\"", "workload.params.footprint=32M", "workload.params.steps=110000"]),
+    // Faults, munmaps and mmaps that get the same addresses back: a translation that outlives its
+    // round's munmap in any TLB or walk cache is a mismatch here.
+    (
+        "pagefault",
+        &["workload.name=\"pagefault\"", "workload.params.region=4M", "workload.params.stride=1K", "workload.params.max_accesses=110000"],
+    ),
 ];
 
 #[test]

@@ -256,6 +256,9 @@ fn every_nestable_pair_agrees_with_the_composed_truth() {
     const WORKLOADS: &[&[&str]] = &[
         &["workload.name=\"gups\"", "workload.params.table=64M", "workload.params.updates=20000"],
         &["workload.name=\"bfs\"", "workload.params.footprint=16M", "workload.params.max_accesses=40000"],
+        // Guest munmaps, and mmaps that reuse the addresses (every guest TLB and walk-cache entry
+        // of a round must go with its shootdown).
+        &["workload.name=\"pagefault\"", "workload.params.region=1M", "workload.params.max_accesses=6000"],
     ];
     for p in &pairs {
         for w in WORKLOADS {

@@ -13,6 +13,7 @@ pub mod heap;
 pub mod implicit;
 pub mod kmer;
 pub mod kvstore;
+pub mod pagefault;
 pub mod skiplist;
 pub mod sysbench;
 pub mod xsbench;
@@ -32,6 +33,7 @@ pub static ENTRIES: &[WorkloadEntry] = &[
     kvstore::ENTRY,
     hashjoin::ENTRY,
     sysbench::ENTRY,
+    pagefault::ENTRY,
 ];
 
 #[cfg(test)]
