@@ -25,8 +25,7 @@ impl Holes {
         let start = hs.div_ceil(align) * align;
         let left = (hs, start / REGION * REGION);
         let right = ((start + len).div_ceil(REGION) * REGION, he);
-        let kept: Vec<(u64, u64)> = [left, right].into_iter().filter(|&(s, e)| s < e).collect();
-        self.0.splice(i..=i, kept);
+        self.0.splice(i..=i, [left, right].into_iter().filter(|&(s, e)| s < e));
         Some(start)
     }
 
