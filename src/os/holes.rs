@@ -60,6 +60,30 @@ impl Holes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::os::{MapFlags, Os, OsConfig};
+    use crate::tapi::flat::Flat;
+
+    /// Through the OS: a VMA unmapped whole gives its addresses to the next mmap that fits (the
+    /// old translation gone), a partial unmap gives none, and a fork's child reuses its
+    /// parent's holes.
+    #[test]
+    fn mmap_gets_back_what_munmap_freed_whole() {
+        let mut os = Os::boot(Flat::with_side(None), &OsConfig { memory: 64 << 20, ..OsConfig::default() }, 1).unwrap();
+        let p = os.spawn(false).unwrap();
+        let a = os.mmap(p, 4 * M, MapFlags::default()).unwrap();
+        let b = os.mmap(p, 4 * M, MapFlags::default()).unwrap();
+        os.fault(p, a).unwrap();
+        os.munmap(p, a, 4 * M).unwrap();
+        assert!(os.truth(p, a).is_none());
+        assert_eq!(os.mmap(p, 4 * M, MapFlags::default()).unwrap(), a, "the freed range, again");
+        // Cutting the tail of `b` frees nothing for reuse: the next mapping goes past every VMA.
+        os.munmap(p, b + 2 * M, 2 * M).unwrap();
+        let c = os.mmap(p, 2 * M, MapFlags::default()).unwrap();
+        assert!(c >= b + 4 * M, "{c:#x} past {b:#x}");
+        os.munmap(p, c, 2 * M).unwrap();
+        let child = os.fork(p).unwrap();
+        assert_eq!(os.mmap(child, 2 * M, MapFlags::default()).unwrap(), c, "the child has the parent's hole");
+    }
 
     const M: u64 = 1 << 20;
 

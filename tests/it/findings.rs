@@ -80,3 +80,25 @@ fn et_leaves_fewer_walks_than_thp_on_altra() {
     assert!(et.cycles < thp.cycles && thp.cycles < k4.cycles);
     assert_eq!(et.driver["translations_by_size"]["32M"].as_u64(), Some(128));
 }
+
+/// A workload's `munmap`s are charged to the core that calls them, as its faults are. Made
+/// dearer by their shootdowns alone (the fault path sends none here), six rounds' unmaps add
+/// exactly their extra unmap-path cycles to the core's OS cycles and to the run's cycles.
+#[test]
+fn pagefault_charges_its_unmaps_to_its_core() {
+    use xlate::tapi::Path;
+    let run = |shootdown: &str| {
+        let cost = format!("os.costs.shootdown={shootdown}");
+        let sets = ["workload.name=\"pagefault\"", "workload.params.region=1M", "workload.params.rounds=6", cost.as_str()];
+        let r = common::run("radix4", &sets);
+        // Six rounds of 256 pages, and the counters' page that setup populated.
+        assert_eq!((r.os.unmaps, r.os.faults()), (6, 6 * 256 + 1));
+        let unmap = r.os_cost.cycles(Path::Unmap, &r.config.os.costs);
+        (r.core.os_cycles, r.cycles, unmap)
+    };
+    let (os_cheap, cycles_cheap, unmap_cheap) = run("0");
+    let (os_dear, cycles_dear, unmap_dear) = run("2000");
+    assert_eq!(unmap_dear - unmap_cheap, 6.0 * 2000.0, "one shootdown per munmap");
+    assert_eq!(os_dear - os_cheap, unmap_dear - unmap_cheap);
+    assert_eq!(cycles_dear - cycles_cheap, unmap_dear - unmap_cheap);
+}
