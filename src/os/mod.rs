@@ -203,7 +203,8 @@ pub struct Process<S> {
     /// Ground truth.
     pub truth: Truth,
     next_mmap: u64,
-    /// Ranges of VMAs unmapped whole, which `mmap` reuses before mapping past `next_mmap`.
+    /// Ranges that `munmap` and `mremap` freed, which `mmap` reuses before mapping past
+    /// `next_mmap`.
     holes: holes::Holes,
     /// Any address is valid (trace-driven runs: the trace's addresses were valid in the real run).
     implicit: bool,
@@ -572,6 +573,7 @@ impl<D: Driver> Os<D> {
         }
         let p = &mut self.procs[asid as usize];
         let keys: Vec<u64> = p.vmas.range(..end).filter(|(_, v)| v.end > addr).map(|(k, _)| *k).collect();
+        let mut freed = Vec::with_capacity(keys.len());
         for k in keys {
             let v = p.vmas.remove(&k).expect("present");
             if v.start < addr {
@@ -580,9 +582,11 @@ impl<D: Driver> Os<D> {
             if v.end > end {
                 p.vmas.insert(end, Vma { start: end, ..v });
             }
-            if v.start >= addr && v.end <= end {
-                p.holes.free(v.start, v.end);
-            }
+            freed.push((v.start.max(addr), v.end.min(end)));
+        }
+        // Against the VMAs left, so that a cut VMA's remaining pieces keep their regions.
+        for (s, e) in freed {
+            p.holes.free_unmapped(&p.vmas, s, e);
         }
         self.stats.unmaps += 1;
         self.shootdown(asid, lo_sd, hi_sd);

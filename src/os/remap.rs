@@ -48,6 +48,7 @@ impl<D: Driver> Os<D> {
         let p = &mut self.procs[asid as usize];
         p.vmas.remove(&vma.start);
         p.vmas.insert(to, Vma { start: to, end: to + len, ..vma });
+        p.holes.free_unmapped(&p.vmas, vma.start, vma.end);
         for o in pages {
             self.api(asid, Func::Remove, |d, s, env| d.remove(s, o.va, o.size, env));
             self.procs[asid as usize].truth.remove(o.va, o.size);
