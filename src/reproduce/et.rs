@@ -86,6 +86,9 @@ fn runs() -> Vec<RunSpec> {
         v.push(spec(format!("{w}-thp-vm"), "arm64-thp@arm64-thp", w, &[]));
         v.push(spec(format!("{w}-et-vm"), "et@et", w, &[]));
     }
+    // The artifact's virtualized walk counts are against 4 KiB pages in the VM (§6.5: THP leaves
+    // 94–100 % of them), so GUPS also runs with 4 KiB pages in both dimensions.
+    v.push(spec("gups-4k-vm".into(), "arm64-4k@arm64-4k", "gups", &[]));
     v
 }
 
@@ -233,8 +236,17 @@ fn findings() -> Vec<Finding> {
             ours: |r| geomean(FRAG_WORKLOADS, |w| speedup(r, w, "et-vm", "thp-vm")),
         },
         Finding {
-            name: "THP walks left vs native THP, virtualized, GUPS",
-            paper: "94-100 % of 4KiB's",
+            name: "walks left vs 4KiB, virtualized: THP, GUPS",
+            paper: "94-100 %",
+            paper_value: Some(97.0),
+            kind: Kind::PercentOf,
+            ours: |r| percent(ratio(r, "gups-thp-vm", "gups-4k-vm", "walks")),
+        },
+        Finding {
+            // Neoverse N1 keeps stage-2 entries in its L2 TLB (`altra`), where they displace the
+            // guest's: more walks than the same THP natively. The artifact gives no such figure.
+            name: "THP walks, virtualized vs native, GUPS",
+            paper: "(not reported)",
             paper_value: None,
             kind: Kind::PercentOf,
             ours: |r| percent(ratio(r, "gups-thp-vm", "gups-thp", "walks")),
