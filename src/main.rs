@@ -268,9 +268,14 @@ fn layers(opts: &RunOpts) -> Result<Layers> {
     Ok(Layers { preset: opts.preset.clone(), file, sets })
 }
 
-fn write_outputs(runs: &[sim::RunOutput], opts: &RunOpts) -> Result<()> {
+/// `--json`: `run` writes one object, `compare` an array in `--designs` order (also of one run,
+/// as a single design or an interrupted first one gives), so a script reads either the same way.
+fn write_outputs(runs: &[sim::RunOutput], opts: &RunOpts, compare: bool) -> Result<()> {
     if let Some(p) = &opts.json {
-        let v = if runs.len() == 1 { report::json(&runs[0]) } else { serde_json::Value::Array(runs.iter().map(report::json).collect()) };
+        let v = match runs {
+            [one] if !compare => report::json(one),
+            _ => serde_json::Value::Array(runs.iter().map(report::json).collect()),
+        };
         let text = serde_json::to_string_pretty(&v).expect("json");
         xlate::fsutil::write_atomic(p, (text + "\n").as_bytes())?;
     }
@@ -284,8 +289,9 @@ fn write_outputs(runs: &[sim::RunOutput], opts: &RunOpts) -> Result<()> {
     Ok(())
 }
 
-/// Runs designs one after the other; an interrupt or error keeps what finished.
-fn run_designs(names: &[String], opts: &RunOpts) -> Result<()> {
+/// Runs designs one after the other (`compare`, or `run` of one); an interrupt or error keeps
+/// what finished.
+fn run_designs(names: &[String], opts: &RunOpts, compare: bool) -> Result<()> {
     let layers = layers(opts)?;
     let designs: Vec<&arch::Design> = names.iter().map(|n| arch::lookup(n)).collect::<Result<_>>()?;
     let configs: Vec<config::Config> = designs.iter().map(|d| layers.resolve(Some(d))).collect::<Result<_>>()?;
@@ -325,7 +331,7 @@ fn run_designs(names: &[String], opts: &RunOpts) -> Result<()> {
     if !runs.is_empty() {
         // Files first: a reader that closes stdout early (`| head`) ends the process at the
         // table (SIGPIPE), and the results must be on disk by then.
-        let written = write_outputs(&runs, opts);
+        let written = write_outputs(&runs, opts, compare);
         print!("{}", report::table(&runs));
         for line in runs.iter().filter_map(report::checked_summary) {
             eprintln!("{line}");
@@ -629,8 +635,8 @@ fn real_main() -> Result<()> {
         catch_ctrl_c();
     }
     match cli.cmd {
-        Cmd::Run { design, opts } => run_designs(&[design], &opts),
-        Cmd::Compare { designs, opts } => run_designs(&designs, &opts),
+        Cmd::Run { design, opts } => run_designs(&[design], &opts, false),
+        Cmd::Compare { designs, opts } => run_designs(&designs, &opts, true),
         Cmd::Designs => {
             for d in arch::designs() {
                 println!("{:<14} {}", d.name, d.description);

@@ -212,6 +212,23 @@ fn run_writes_json_and_csv_with_units() {
     assert_eq!(csv.lines().count(), 3);
 }
 
+/// `compare --json` writes an array whatever the number of designs; `run --json` one object.
+#[test]
+fn compare_json_is_an_array_even_of_one_design() {
+    let scratch = Scratch::new("cli-json-shape");
+    let small = ["--workload", "gups", "--set", "workload.params.table=16M", "--set", "workload.params.updates=2000", "-q", "--json"];
+    for (cmd, design) in [("compare", "--designs"), ("run", "--design")] {
+        let j = scratch.dir().join(format!("{cmd}.json"));
+        let args: Vec<&str> = [cmd, design, "radix4"].iter().chain(&small).copied().chain([j.to_str().unwrap()]).collect();
+        let (code, _, err) = xlate(&args);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+        let one = if cmd == "compare" { &v[0] } else { &v };
+        assert_eq!(v.is_array(), cmd == "compare", "{cmd}");
+        assert_eq!(one["design"], "radix4", "{cmd}");
+    }
+}
+
 /// A reader that closes stdout early (`xlate workloads | head -5`) ends xlate quietly, and a
 /// run's result files are written before its table is printed (issue 14, item 4).
 #[test]
