@@ -653,7 +653,7 @@ fn real_main() -> Result<()> {
             for w in workload::all() {
                 println!("{:<14} {}", w.name, w.description);
                 for p in w.params {
-                    println!("    {:<16} default {:<10} {}", p.name, p.default, p.help);
+                    println!("    {:<16} {:<7} default {:<10} {}", p.name, p.kind.label(), p.default, p.help);
                 }
             }
             Ok(())

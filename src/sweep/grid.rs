@@ -80,7 +80,7 @@ impl Point {
             config.workload.mix.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join("+")
         };
         Ok(Point {
-            id: point_id(&config, design),
+            id: point_id(&keyed(&config)?, design),
             design: design.to_string(),
             workload,
             preset: preset.map(str::to_string),
@@ -122,6 +122,23 @@ fn dedup_processes(c: &Config) -> Vec<(&str, &std::collections::BTreeMap<String,
         }
     }
     v
+}
+
+/// `c` as a point's id names it: every workload's parameters as its run reads them, defaults
+/// included, in one spelling per value ([`workload::Params::canonical`]), so that `table = "16M"`,
+/// `table = 16777216` and no `table` at all (its default being 16M) are one point.
+fn keyed(c: &Config) -> Result<Config> {
+    let mut k = c.clone();
+    let canonical = |name: &str, given: &std::collections::BTreeMap<String, String>| {
+        Ok(workload::Params::new(workload::lookup(name)?, given)?.canonical())
+    };
+    if k.workload.mix.is_empty() {
+        k.workload.params = canonical(&c.workload.name, &c.workload.params)?;
+    }
+    for m in &mut k.workload.mix {
+        m.params = canonical(&m.name, &m.params)?;
+    }
+    Ok(k)
 }
 
 /// A swept value as text: strings bare, everything else as JSON.
@@ -711,6 +728,27 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(d.points.len(), 2);
+        // A workload parameter is keyed as its workload reads it: a size in any spelling, a flag
+        // as 1 or true, a default written out or left out, are one point; other values are not.
+        let w = |params: &str| {
+            grid(&format!("designs = [\"radix4\"]\nworkloads = [{{ name = \"gups\", params = {{ {params} }} }}]\n")).unwrap().points[0]
+                .id
+                .clone()
+        };
+        let base = w("table = \"16M\", updates = \"2000\"");
+        for same in [
+            "table = \"16777216\", updates = \"2_000\"",
+            "table = \"16 MiB\", updates = \"2000\", populate = \"1\"",
+            "table = \"16M\", updates = \"2000\", madvise_huge = \"no\"",
+        ] {
+            assert_eq!(w(same), base, "{same}");
+        }
+        assert_ne!(w("table = \"32M\", updates = \"2000\""), base);
+        assert_ne!(w("table = \"16M\", updates = \"2000\", populate = \"false\""), base);
+        let axis =
+            grid("designs = [\"radix4\"]\nworkloads = [\"gups\"]\n[axes]\n\"workload.params.table\" = [\"16M\", 16777216, \"32M\"]\n")
+                .unwrap();
+        assert_eq!(axis.points.len(), 2);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! increment/compare/branch ≈ 10 instructions per update): 5 instructions charged to the load and
 //! 5 to the store. The `ran[]` array (1 KiB, always L1-resident) is treated as registers.
 
-use super::{MapFlags, ParamInfo, Params, Vm, Workload, WorkloadEntry};
+use super::{MapFlags, ParamInfo, ParamKind, Params, Vm, Workload, WorkloadEntry};
 use crate::error::Result;
 use crate::trace::{Access, AccessKind};
 
@@ -26,11 +26,22 @@ pub const ENTRY: WorkloadEntry = WorkloadEntry {
     name: "gups",
     description: "HPCC RandomAccess: random read-modify-write updates of a large table (LFSR stream)",
     params: &[
-        ParamInfo { name: "table", default: "4G", help: "table size in bytes (rounded down to a power of two)" },
-        ParamInfo { name: "updates", default: "4000000", help: "table updates to simulate (each = 1 load + 1 store)" },
-        ParamInfo { name: "populate", default: "true", help: "fault the table in first, as HPCC's init loop T[i]=i does" },
+        ParamInfo { name: "table", kind: ParamKind::Bytes, default: "4G", help: "table size in bytes (rounded down to a power of two)" },
+        ParamInfo {
+            name: "updates",
+            kind: ParamKind::Count,
+            default: "4000000",
+            help: "table updates to simulate (each = 1 load + 1 store)",
+        },
+        ParamInfo {
+            name: "populate",
+            kind: ParamKind::Flag,
+            default: "true",
+            help: "fault the table in first, as HPCC's init loop T[i]=i does",
+        },
         ParamInfo {
             name: "madvise_huge",
+            kind: ParamKind::Flag,
             default: "false",
             help: "madvise(MADV_HUGEPAGE) the table after initialising it, so khugepaged may collapse it",
         },

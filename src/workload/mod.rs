@@ -54,10 +54,58 @@ pub trait Workload {
     }
 }
 
+/// How a workload reads a parameter's text: which [`Params`] getter it calls (the getters check
+/// it). Sweeps use it to give two spellings of one value (`"16M"`, `16777216`) one point id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamKind {
+    /// A byte size ("4G", "512M", 4096): [`Params::bytes`].
+    Bytes,
+    /// An unsigned integer: [`Params::u64`].
+    Count,
+    /// A floating-point number: [`Params::f64`].
+    Number,
+    /// true / false (or 1 / 0, yes / no): [`Params::bool`].
+    Flag,
+    /// Text the workload interprets itself: [`Params::str`].
+    Text,
+}
+
+impl ParamKind {
+    /// What `xlate workloads` prints for it.
+    pub fn label(self) -> &'static str {
+        match self {
+            ParamKind::Bytes => "bytes",
+            ParamKind::Count => "integer",
+            ParamKind::Number => "number",
+            ParamKind::Flag => "bool",
+            ParamKind::Text => "text",
+        }
+    }
+
+    /// `text` in one spelling per value (decimal bytes, plain integers, Rust's shortest form of
+    /// a float, `true`/`false`); `None` if it does not parse as this kind (the run then says so).
+    pub fn canonical(self, text: &str) -> Option<String> {
+        let t = text.trim();
+        match self {
+            ParamKind::Bytes => crate::addr::parse_bytes(t).map(|b| b.to_string()),
+            ParamKind::Count => t.replace('_', "").parse::<u64>().ok().map(|n| n.to_string()),
+            ParamKind::Number => t.parse::<f64>().ok().map(|x| x.to_string()),
+            ParamKind::Flag => match t {
+                "true" | "1" | "yes" => Some("true".into()),
+                "false" | "0" | "no" => Some("false".into()),
+                _ => None,
+            },
+            ParamKind::Text => Some(text.to_string()),
+        }
+    }
+}
+
 /// One documented parameter of a workload.
 pub struct ParamInfo {
     /// Key in `workload.params` / `--set workload.params.KEY=V`.
     pub name: &'static str,
+    /// How the workload reads it.
+    pub kind: ParamKind,
     /// Default value, as text.
     pub default: &'static str,
     /// One line of help.
@@ -106,7 +154,7 @@ pub fn build(name: &str, params: &BTreeMap<String, String>, seed: u64) -> Result
 /// A workload's parameters, checked against its [`ParamInfo`] list, with typed getters whose errors
 /// name the key.
 pub struct Params {
-    workload: &'static str,
+    entry: &'static WorkloadEntry,
     values: BTreeMap<&'static str, String>,
 }
 
@@ -127,7 +175,7 @@ impl Params {
             };
             values.insert(p.name, v.clone());
         }
-        Ok(Params { workload: entry.name, values })
+        Ok(Params { entry, values })
     }
 
     /// Every parameter's value (given, else the default), by name.
@@ -135,45 +183,62 @@ impl Params {
         self.values.iter().map(|(k, v)| (*k, v.as_str()))
     }
 
-    fn raw(&self, key: &str) -> &str {
-        self.values.get(key).map(String::as_str).unwrap_or_else(|| panic!("workload {} reads undeclared parameter {key}", self.workload))
+    /// Every parameter's value (given, else the default) in one spelling per value
+    /// ([`ParamKind::canonical`]; a value that does not parse is kept as written).
+    pub fn canonical(&self) -> BTreeMap<String, String> {
+        let kind = |k: &str| self.entry.params.iter().find(|p| p.name == k).map_or(ParamKind::Text, |p| p.kind);
+        self.values().map(|(k, v)| (k.to_string(), kind(k).canonical(v).unwrap_or_else(|| v.to_string()))).collect()
     }
 
-    fn bad(&self, key: &str, expected: &str) -> Error {
-        Error::config(format!("workload.params.{key}"), format!("`{}` is not {expected}", self.raw(key)))
+    /// The text of `key`, read as `kind`. A workload reading a parameter it did not declare, or
+    /// with another getter than its [`ParamKind`] says, is a bug in the workload, not bad input.
+    fn raw(&self, key: &str, kind: ParamKind) -> &str {
+        let w = self.entry.name;
+        let declared = self.entry.params.iter().find(|p| p.name == key).map(|p| p.kind);
+        assert!(declared.is_none_or(|d| d == kind), "workload {w} reads parameter {key} as {kind:?}, declared {declared:?}");
+        self.values.get(key).map(String::as_str).unwrap_or_else(|| panic!("workload {w} reads undeclared parameter {key}"))
+    }
+
+    fn bad(&self, key: &str, kind: ParamKind, expected: &str) -> Error {
+        Error::config(format!("workload.params.{key}"), format!("`{}` is not {expected}", self.raw(key, kind)))
     }
 
     /// An unsigned integer parameter.
     pub fn u64(&self, key: &str) -> Result<u64> {
-        self.raw(key).trim().replace('_', "").parse().map_err(|_| self.bad(key, "an unsigned integer"))
+        let k = ParamKind::Count;
+        self.raw(key, k).trim().replace('_', "").parse().map_err(|_| self.bad(key, k, "an unsigned integer"))
     }
 
     /// A byte-size parameter ("4G", "512M", 4096).
     pub fn bytes(&self, key: &str) -> Result<u64> {
-        crate::addr::parse_bytes(self.raw(key)).ok_or_else(|| self.bad(key, "a byte size such as 4G or 512M"))
+        let k = ParamKind::Bytes;
+        crate::addr::parse_bytes(self.raw(key, k)).ok_or_else(|| self.bad(key, k, "a byte size such as 4G or 512M"))
     }
 
     /// A floating-point parameter.
     pub fn f64(&self, key: &str) -> Result<f64> {
-        self.raw(key).trim().parse().map_err(|_| self.bad(key, "a number"))
+        let k = ParamKind::Number;
+        self.raw(key, k).trim().parse().map_err(|_| self.bad(key, k, "a number"))
     }
 
     /// A boolean parameter.
     pub fn bool(&self, key: &str) -> Result<bool> {
-        match self.raw(key).trim() {
+        let k = ParamKind::Flag;
+        match self.raw(key, k).trim() {
             "true" | "1" | "yes" => Ok(true),
             "false" | "0" | "no" => Ok(false),
-            _ => Err(self.bad(key, "true or false")),
+            _ => Err(self.bad(key, k, "true or false")),
         }
     }
 
     /// A string parameter.
     pub fn str(&self, key: &str) -> &str {
-        self.raw(key)
+        self.raw(key, ParamKind::Text)
     }
 
     /// Error for a parameter value outside its range.
     pub fn out_of_range(&self, key: &str, expected: &str) -> Error {
-        self.bad(key, expected)
+        let text = self.values.get(key).map_or("", String::as_str);
+        Error::config(format!("workload.params.{key}"), format!("`{text}` is not {expected}"))
     }
 }

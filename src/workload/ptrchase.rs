@@ -14,7 +14,7 @@
 //! - One instruction per step (an unrolled `p = *p`). The loads are dependent: run with
 //!   `--set core.mlp=1` so the timing model does not overlap their misses (docs/workloads.md).
 
-use super::{MapFlags, ParamInfo, Params, Vm, Workload, WorkloadEntry};
+use super::{MapFlags, ParamInfo, ParamKind, Params, Vm, Workload, WorkloadEntry};
 use crate::error::Result;
 use crate::rng::{mix64, Rng};
 use crate::trace::{Access, AccessKind};
@@ -29,11 +29,16 @@ pub const ENTRY: WorkloadEntry = WorkloadEntry {
     name: "ptrchase",
     description: "pointer chase: one dependent load per step around a random cycle of nodes (TLB-reach microbenchmark)",
     params: &[
-        ParamInfo { name: "footprint", default: "1G", help: "bytes covered by the nodes" },
-        ParamInfo { name: "stride", default: "4K", help: "bytes per node (4K = one node per page)" },
-        ParamInfo { name: "steps", default: "4000000", help: "loads to simulate (0 = one full round)" },
-        ParamInfo { name: "spread", default: "true", help: "place each node at a hashed cache line of its slot" },
-        ParamInfo { name: "populate", default: "true", help: "fault the nodes in first, as the benchmark's set-up loop does" },
+        ParamInfo { name: "footprint", kind: ParamKind::Bytes, default: "1G", help: "bytes covered by the nodes" },
+        ParamInfo { name: "stride", kind: ParamKind::Bytes, default: "4K", help: "bytes per node (4K = one node per page)" },
+        ParamInfo { name: "steps", kind: ParamKind::Count, default: "4000000", help: "loads to simulate (0 = one full round)" },
+        ParamInfo { name: "spread", kind: ParamKind::Flag, default: "true", help: "place each node at a hashed cache line of its slot" },
+        ParamInfo {
+            name: "populate",
+            kind: ParamKind::Flag,
+            default: "true",
+            help: "fault the nodes in first, as the benchmark's set-up loop does",
+        },
     ],
     build,
 };

@@ -2,7 +2,7 @@
 //! of passes. Instruction mix: load, add, store, index increment, compare, branch ≈ 6 instructions
 //! per element (3 charged to the load, 3 to the store).
 
-use super::{MapFlags, ParamInfo, Params, Vm, Workload, WorkloadEntry};
+use super::{MapFlags, ParamInfo, ParamKind, Params, Vm, Workload, WorkloadEntry};
 use crate::error::Result;
 use crate::trace::{Access, AccessKind};
 
@@ -11,17 +11,22 @@ pub const ENTRY: WorkloadEntry = WorkloadEntry {
     name: "stream",
     description: "sequential (or strided) read-modify-write sweep over an array",
     params: &[
-        ParamInfo { name: "footprint", default: "256M", help: "array size in bytes" },
-        ParamInfo { name: "stride", default: "8", help: "bytes between consecutive elements visited (8 = every word)" },
-        ParamInfo { name: "passes", default: "1", help: "sweeps over the array" },
-        ParamInfo { name: "populate", default: "false", help: "fault the array in before the timed sweeps" },
+        ParamInfo { name: "footprint", kind: ParamKind::Bytes, default: "256M", help: "array size in bytes" },
+        ParamInfo {
+            name: "stride",
+            kind: ParamKind::Bytes,
+            default: "8",
+            help: "bytes between consecutive elements visited (8 = every word)",
+        },
+        ParamInfo { name: "passes", kind: ParamKind::Count, default: "1", help: "sweeps over the array" },
+        ParamInfo { name: "populate", kind: ParamKind::Flag, default: "false", help: "fault the array in before the timed sweeps" },
     ],
     build,
 };
 
 fn build(p: &Params, _seed: u64) -> Result<Box<dyn Workload>> {
     let footprint = p.bytes("footprint")?;
-    let stride = p.u64("stride")?;
+    let stride = p.bytes("stride")?;
     if footprint < 4096 {
         return Err(p.out_of_range("footprint", "at least 4K"));
     }

@@ -8,7 +8,7 @@
 //! implicit structures need.
 
 use super::super::pending::Pending;
-use super::super::{ParamInfo, Params, Vm, Workload};
+use super::super::{ParamInfo, ParamKind, Params, Vm, Workload};
 use super::common::{footprint, max_accesses, threads, Streams, P_MAX_ACCESSES, P_POPULATE};
 use crate::error::Result;
 use crate::rng::{hash2, Rng};
@@ -31,12 +31,27 @@ pub fn is_initial(seed: u64, key: u64) -> bool {
 
 /// The parameters every ASCYLIB structure takes.
 pub const PARAMS: &[ParamInfo] = &[
-    ParamInfo { name: "footprint", default: "8G", help: "bytes of nodes after the initial fill (sets the key range); SPARTA uses 128G" },
-    ParamInfo { name: "range", default: "0", help: "key range (overrides footprint when not 0); the fill inserts range/2 keys" },
-    ParamInfo { name: "search", default: "80", help: "percent of operations that are searches" },
-    ParamInfo { name: "insert", default: "10", help: "percent of operations that are inserts" },
-    ParamInfo { name: "delete", default: "10", help: "percent of operations that are deletes (the three must add up to 100)" },
-    ParamInfo { name: "threads", default: "1", help: "threads sharing the structure (SPARTA: up to 16)" },
+    ParamInfo {
+        name: "footprint",
+        kind: ParamKind::Bytes,
+        default: "8G",
+        help: "bytes of nodes after the initial fill (sets the key range); SPARTA uses 128G",
+    },
+    ParamInfo {
+        name: "range",
+        kind: ParamKind::Count,
+        default: "0",
+        help: "key range (overrides footprint when not 0); the fill inserts range/2 keys",
+    },
+    ParamInfo { name: "search", kind: ParamKind::Count, default: "80", help: "percent of operations that are searches" },
+    ParamInfo { name: "insert", kind: ParamKind::Count, default: "10", help: "percent of operations that are inserts" },
+    ParamInfo {
+        name: "delete",
+        kind: ParamKind::Count,
+        default: "10",
+        help: "percent of operations that are deletes (the three must add up to 100)",
+    },
+    ParamInfo { name: "threads", kind: ParamKind::Count, default: "1", help: "threads sharing the structure (SPARTA: up to 16)" },
     P_MAX_ACCESSES,
     P_POPULATE,
 ];

@@ -21,7 +21,7 @@
 //! stores ≈ 2 each, allocator fast path for splits.
 
 use super::super::pending::Pending;
-use super::super::{MapFlags, ParamInfo, Params, Vm, Workload, WorkloadEntry};
+use super::super::{MapFlags, ParamInfo, ParamKind, Params, Vm, Workload, WorkloadEntry};
 use super::ascy::initial_key;
 use super::common::{footprint, max_accesses, Affine, FastMap, Streams, P_MAX_ACCESSES, P_POPULATE};
 use super::heap::{Heap, Pool};
@@ -38,10 +38,20 @@ pub const ENTRY: WorkloadEntry = WorkloadEntry {
     name: "btree",
     description: "B+-tree index (4 KiB nodes by default): lookups and inserts of random keys",
     params: &[
-        ParamInfo { name: "footprint", default: "8G", help: "bytes of tree nodes after the initial load" },
-        ParamInfo { name: "node_size", default: "4K", help: "bytes per node (sets the fanout: (node_size-24)/16 keys)" },
-        ParamInfo { name: "fill", default: "70", help: "percent occupancy of the initially loaded nodes (50-100)" },
-        ParamInfo { name: "lookup", default: "90", help: "percent of operations that are lookups (the rest insert)" },
+        ParamInfo { name: "footprint", kind: ParamKind::Bytes, default: "8G", help: "bytes of tree nodes after the initial load" },
+        ParamInfo {
+            name: "node_size",
+            kind: ParamKind::Bytes,
+            default: "4K",
+            help: "bytes per node (sets the fanout: (node_size-24)/16 keys)",
+        },
+        ParamInfo { name: "fill", kind: ParamKind::Count, default: "70", help: "percent occupancy of the initially loaded nodes (50-100)" },
+        ParamInfo {
+            name: "lookup",
+            kind: ParamKind::Count,
+            default: "90",
+            help: "percent of operations that are lookups (the rest insert)",
+        },
         P_MAX_ACCESSES,
         P_POPULATE,
     ],

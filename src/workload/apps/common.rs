@@ -3,7 +3,7 @@
 //! them), a Zipfian sampler, the per-thread stream driver, and the common parameters.
 
 use super::super::pending::Pending;
-use super::super::{ParamInfo, Params};
+use super::super::{ParamInfo, ParamKind, Params};
 use crate::error::Result;
 use crate::rng::{mix64, Rng};
 use crate::trace::Access;
@@ -204,6 +204,7 @@ impl Streams {
 /// The `max_accesses` parameter shared by every application workload.
 pub const P_MAX_ACCESSES: ParamInfo = ParamInfo {
     name: "max_accesses",
+    kind: ParamKind::Count,
     default: "10000000",
     help: "stop after about this many accesses in total (split evenly over the threads)",
 };
@@ -211,6 +212,7 @@ pub const P_MAX_ACCESSES: ParamInfo = ParamInfo {
 /// The `populate` parameter: fault the loaded data in before the measured phase.
 pub const P_POPULATE: ParamInfo = ParamInfo {
     name: "populate",
+    kind: ParamKind::Flag,
     default: "true",
     help: "fault the data built by the (unmeasured) load phase in before the measured phase",
 };

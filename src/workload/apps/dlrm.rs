@@ -15,7 +15,7 @@
 //! (vector add with a memory operand, loop), ≈ 2 per output line stored, ≈ 10 per bag.
 
 use super::super::pending::Pending;
-use super::super::{MapFlags, ParamInfo, Params, Vm, Workload, WorkloadEntry};
+use super::super::{MapFlags, ParamInfo, ParamKind, Params, Vm, Workload, WorkloadEntry};
 use super::common::{footprint, max_accesses, theta, Streams, Zipf, P_MAX_ACCESSES, P_POPULATE};
 use super::heap::Heap;
 use crate::error::Result;
@@ -29,13 +29,18 @@ pub const ENTRY: WorkloadEntry = WorkloadEntry {
     name: "dlrm",
     description: "DLRM embedding-bag sum (SparseLengthsSum) over several embedding tables",
     params: &[
-        ParamInfo { name: "footprint", default: "8G", help: "bytes of embedding tables (sets the rows per table)" },
-        ParamInfo { name: "tables", default: "8", help: "embedding tables" },
-        ParamInfo { name: "dim", default: "64", help: "f32 elements per embedding row" },
-        ParamInfo { name: "batch", default: "128", help: "samples per batch" },
-        ParamInfo { name: "pooling", default: "32", help: "indices per sample per table (bag size)" },
-        ParamInfo { name: "dist", default: "uniform", help: "index distribution: uniform (DLRM's generator) or zipf" },
-        ParamInfo { name: "theta", default: "0.99", help: "Zipf exponent for dist=zipf" },
+        ParamInfo { name: "footprint", kind: ParamKind::Bytes, default: "8G", help: "bytes of embedding tables (sets the rows per table)" },
+        ParamInfo { name: "tables", kind: ParamKind::Count, default: "8", help: "embedding tables" },
+        ParamInfo { name: "dim", kind: ParamKind::Count, default: "64", help: "f32 elements per embedding row" },
+        ParamInfo { name: "batch", kind: ParamKind::Count, default: "128", help: "samples per batch" },
+        ParamInfo { name: "pooling", kind: ParamKind::Count, default: "32", help: "indices per sample per table (bag size)" },
+        ParamInfo {
+            name: "dist",
+            kind: ParamKind::Text,
+            default: "uniform",
+            help: "index distribution: uniform (DLRM's generator) or zipf",
+        },
+        ParamInfo { name: "theta", kind: ParamKind::Number, default: "0.99", help: "Zipf exponent for dist=zipf" },
         P_MAX_ACCESSES,
         P_POPULATE,
     ],

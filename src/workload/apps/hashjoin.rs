@@ -19,7 +19,7 @@
 //! store, count store), probe ≈ 8 per S tuple plus ≈ 4 per bucket tuple compared.
 
 use super::super::pending::Pending;
-use super::super::{MapFlags, ParamInfo, Params, Vm, Workload, WorkloadEntry};
+use super::super::{MapFlags, ParamInfo, ParamKind, Params, Vm, Workload, WorkloadEntry};
 use super::common::{footprint, max_accesses, Affine, Streams, P_MAX_ACCESSES, P_POPULATE};
 use super::heap::Heap;
 use crate::error::Result;
@@ -37,10 +37,15 @@ pub const ENTRY: WorkloadEntry = WorkloadEntry {
     name: "hashjoin",
     description: "no-partitioning hash join: build a chained table from R, probe it with S",
     params: &[
-        ParamInfo { name: "footprint", default: "8G", help: "bytes of R + S + hash table (sets the size of R)" },
-        ParamInfo { name: "s_ratio", default: "4", help: "S tuples per R tuple (a whole number, 1-64)" },
-        ParamInfo { name: "match", default: "100", help: "percent of S tuples that have a match in R (1-100)" },
-        ParamInfo { name: "measure_build", default: "false", help: "emit the build phase too (else only the probe)" },
+        ParamInfo { name: "footprint", kind: ParamKind::Bytes, default: "8G", help: "bytes of R + S + hash table (sets the size of R)" },
+        ParamInfo { name: "s_ratio", kind: ParamKind::Count, default: "4", help: "S tuples per R tuple (a whole number, 1-64)" },
+        ParamInfo { name: "match", kind: ParamKind::Count, default: "100", help: "percent of S tuples that have a match in R (1-100)" },
+        ParamInfo {
+            name: "measure_build",
+            kind: ParamKind::Flag,
+            default: "false",
+            help: "emit the build phase too (else only the probe)",
+        },
         P_MAX_ACCESSES,
         P_POPULATE,
     ],

@@ -19,7 +19,7 @@
 //! per k-mer for hashing and slot computation, ≈ 4 per probe step; one word load per 32 bases.
 
 use super::super::pending::Pending;
-use super::super::{MapFlags, ParamInfo, Params, Vm, Workload, WorkloadEntry};
+use super::super::{MapFlags, ParamInfo, ParamKind, Params, Vm, Workload, WorkloadEntry};
 use super::common::{footprint, max_accesses, FastMap, Streams, P_MAX_ACCESSES, P_POPULATE};
 use super::heap::Heap;
 use crate::error::Result;
@@ -35,12 +35,22 @@ pub const ENTRY: WorkloadEntry = WorkloadEntry {
     name: "kmer",
     description: "k-mer counting of 2-bit packed reads into a linear-probing hash table",
     params: &[
-        ParamInfo { name: "footprint", default: "8G", help: "bytes of hash table (7/8) plus reads buffer (1/8)" },
-        ParamInfo { name: "k", default: "31", help: "k-mer length (1-32)" },
-        ParamInfo { name: "genome", default: "4M", help: "bases of the synthetic genome the reads are sampled from" },
-        ParamInfo { name: "read_len", default: "150", help: "bases per read" },
-        ParamInfo { name: "error", default: "0.01", help: "per-base substitution error rate of the reads" },
-        ParamInfo { name: "prefill", default: "50", help: "percent of table slots already holding earlier k-mers (0-90)" },
+        ParamInfo { name: "footprint", kind: ParamKind::Bytes, default: "8G", help: "bytes of hash table (7/8) plus reads buffer (1/8)" },
+        ParamInfo { name: "k", kind: ParamKind::Count, default: "31", help: "k-mer length (1-32)" },
+        ParamInfo {
+            name: "genome",
+            kind: ParamKind::Bytes,
+            default: "4M",
+            help: "bases of the synthetic genome the reads are sampled from",
+        },
+        ParamInfo { name: "read_len", kind: ParamKind::Count, default: "150", help: "bases per read" },
+        ParamInfo { name: "error", kind: ParamKind::Number, default: "0.01", help: "per-base substitution error rate of the reads" },
+        ParamInfo {
+            name: "prefill",
+            kind: ParamKind::Count,
+            default: "50",
+            help: "percent of table slots already holding earlier k-mers (0-90)",
+        },
         P_MAX_ACCESSES,
         P_POPULATE,
     ],

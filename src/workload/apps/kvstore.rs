@@ -27,7 +27,7 @@
 //! not simulated); per chain step ≈ 4-10; value copy ≈ 4 per 64-byte line.
 
 use super::super::pending::Pending;
-use super::super::{MapFlags, ParamInfo, Params, Vm, Workload, WorkloadEntry};
+use super::super::{MapFlags, ParamInfo, ParamKind, Params, Vm, Workload, WorkloadEntry};
 use super::common::{footprint, max_accesses, theta, threads, Affine, FastMap, Streams, Zipf, P_MAX_ACCESSES, P_POPULATE};
 use super::heap::{Heap, Pool};
 use crate::error::Result;
@@ -50,12 +50,17 @@ pub const ENTRY: WorkloadEntry = WorkloadEntry {
     name: "kvstore",
     description: "memcached-like store: hash chains of items in slab classes, Zipfian GET/SET mix",
     params: &[
-        ParamInfo { name: "footprint", default: "8G", help: "bytes of item memory after the load phase (sets the key count)" },
-        ParamInfo { name: "value_min", default: "100", help: "smallest value in bytes" },
-        ParamInfo { name: "value_max", default: "1000", help: "largest value in bytes (at most 512K)" },
-        ParamInfo { name: "get", default: "90", help: "percent of requests that are GETs (the rest SETs)" },
-        ParamInfo { name: "theta", default: "0.99", help: "Zipf exponent of the key popularity (YCSB's 0.99)" },
-        ParamInfo { name: "threads", default: "4", help: "server worker threads (memcached's default 4)" },
+        ParamInfo {
+            name: "footprint",
+            kind: ParamKind::Bytes,
+            default: "8G",
+            help: "bytes of item memory after the load phase (sets the key count)",
+        },
+        ParamInfo { name: "value_min", kind: ParamKind::Bytes, default: "100", help: "smallest value in bytes" },
+        ParamInfo { name: "value_max", kind: ParamKind::Bytes, default: "1000", help: "largest value in bytes (at most 512K)" },
+        ParamInfo { name: "get", kind: ParamKind::Count, default: "90", help: "percent of requests that are GETs (the rest SETs)" },
+        ParamInfo { name: "theta", kind: ParamKind::Number, default: "0.99", help: "Zipf exponent of the key popularity (YCSB's 0.99)" },
+        ParamInfo { name: "threads", kind: ParamKind::Count, default: "4", help: "server worker threads (memcached's default 4)" },
         P_MAX_ACCESSES,
         P_POPULATE,
     ],

@@ -18,7 +18,7 @@
 //! access also carries ≈ 20 for the `mmap` and `munmap` calls' user-space side (the kernel's work is
 //! the OS model's, charged to the core that calls them).
 
-use super::super::{MapFlags, ParamInfo, Params, Vm, Workload, WorkloadEntry};
+use super::super::{MapFlags, ParamInfo, ParamKind, Params, Vm, Workload, WorkloadEntry};
 use super::common::{max_accesses, threads, P_MAX_ACCESSES};
 use crate::error::Result;
 use crate::trace::{Access, AccessKind};
@@ -37,14 +37,20 @@ pub const ENTRY: WorkloadEntry = WorkloadEntry {
     name: "pagefault",
     description: "will-it-scale page_fault1: mmap 128 MiB, write a byte per page, munmap, repeat (the page-fault and unmap paths)",
     params: &[
-        ParamInfo { name: "region", default: "128M", help: "bytes mapped per round (will-it-scale's MEMSIZE)" },
+        ParamInfo { name: "region", kind: ParamKind::Bytes, default: "128M", help: "bytes mapped per round (will-it-scale's MEMSIZE)" },
         ParamInfo {
             name: "stride",
+            kind: ParamKind::Bytes,
             default: "4K",
             help: "bytes between the bytes written (4K: one per page, as the test's getpagesize())",
         },
-        ParamInfo { name: "rounds", default: "0", help: "rounds per thread (0: until max_accesses)" },
-        ParamInfo { name: "threads", default: "1", help: "threads, each with its own region in the shared address space" },
+        ParamInfo { name: "rounds", kind: ParamKind::Count, default: "0", help: "rounds per thread (0: until max_accesses)" },
+        ParamInfo {
+            name: "threads",
+            kind: ParamKind::Count,
+            default: "1",
+            help: "threads, each with its own region in the shared address space",
+        },
         P_MAX_ACCESSES,
     ],
     build,

@@ -9,7 +9,7 @@
 //! per-event bookkeeping (event start/stop, timer reads, counters) ≈ 120 instructions, charged to
 //! the first word of each block. `rnd` mode adds a PRNG step (≈ 8 instructions) per word.
 
-use super::super::{MapFlags, ParamInfo, Params, Vm, Workload, WorkloadEntry};
+use super::super::{MapFlags, ParamInfo, ParamKind, Params, Vm, Workload, WorkloadEntry};
 use super::common::{max_accesses, threads, P_MAX_ACCESSES};
 use super::heap::Heap;
 use crate::error::Result;
@@ -24,12 +24,22 @@ pub const ENTRY: WorkloadEntry = WorkloadEntry {
     name: "sysbench-mem",
     description: "sysbench memory test: word-by-word writes or reads of one block, repeated up to total_size",
     params: &[
-        ParamInfo { name: "block_size", default: "1K", help: "bytes per event (the buffer size), a multiple of 8" },
-        ParamInfo { name: "total_size", default: "100G", help: "bytes transferred in total (over all threads)" },
-        ParamInfo { name: "oper", default: "write", help: "write or read" },
-        ParamInfo { name: "mode", default: "seq", help: "seq (words in order) or rnd (a random word of the block each time)" },
-        ParamInfo { name: "scope", default: "global", help: "global (one buffer shared by threads) or local (one per thread)" },
-        ParamInfo { name: "threads", default: "1", help: "threads, each doing total_size/threads" },
+        ParamInfo { name: "block_size", kind: ParamKind::Bytes, default: "1K", help: "bytes per event (the buffer size), a multiple of 8" },
+        ParamInfo { name: "total_size", kind: ParamKind::Bytes, default: "100G", help: "bytes transferred in total (over all threads)" },
+        ParamInfo { name: "oper", kind: ParamKind::Text, default: "write", help: "write or read" },
+        ParamInfo {
+            name: "mode",
+            kind: ParamKind::Text,
+            default: "seq",
+            help: "seq (words in order) or rnd (a random word of the block each time)",
+        },
+        ParamInfo {
+            name: "scope",
+            kind: ParamKind::Text,
+            default: "global",
+            help: "global (one buffer shared by threads) or local (one per thread)",
+        },
+        ParamInfo { name: "threads", kind: ParamKind::Count, default: "1", help: "threads, each doing total_size/threads" },
         P_MAX_ACCESSES,
     ],
     build,

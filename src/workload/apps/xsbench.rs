@@ -22,7 +22,7 @@
 //! ≈ 40 per lookup for the random energy and material.
 
 use super::super::pending::Pending;
-use super::super::{MapFlags, ParamInfo, Params, Vm, Workload, WorkloadEntry};
+use super::super::{MapFlags, ParamInfo, ParamKind, Params, Vm, Workload, WorkloadEntry};
 use super::common::{footprint, max_accesses, Streams, P_MAX_ACCESSES, P_POPULATE};
 use super::heap::Heap;
 use crate::error::Result;
@@ -42,9 +42,19 @@ pub const ENTRY: WorkloadEntry = WorkloadEntry {
     name: "xsbench",
     description: "XSBench unionized-grid cross-section lookups (binary search + per-nuclide gathers)",
     params: &[
-        ParamInfo { name: "footprint", default: "5678M", help: "bytes of grids (sets the gridpoints per nuclide); 5678M = XSBench large" },
-        ParamInfo { name: "gridpoints", default: "0", help: "gridpoints per nuclide (overrides footprint when not 0; large = 11303)" },
-        ParamInfo { name: "nuclides", default: "355", help: "nuclides (355 = large, 68 = small)" },
+        ParamInfo {
+            name: "footprint",
+            kind: ParamKind::Bytes,
+            default: "5678M",
+            help: "bytes of grids (sets the gridpoints per nuclide); 5678M = XSBench large",
+        },
+        ParamInfo {
+            name: "gridpoints",
+            kind: ParamKind::Count,
+            default: "0",
+            help: "gridpoints per nuclide (overrides footprint when not 0; large = 11303)",
+        },
+        ParamInfo { name: "nuclides", kind: ParamKind::Count, default: "355", help: "nuclides (355 = large, 68 = small)" },
         P_MAX_ACCESSES,
         P_POPULATE,
     ],

@@ -21,7 +21,7 @@ use super::csr::Graph;
 use super::engine::{alloc, alloc_init, static_share, written_zeros, Dynamic, Frontier, Kernel, Lane, Runner, Walk};
 use super::{common, graph_params, source, NONE, SORTED_PARAM, SOURCE_PARAM};
 use crate::error::Result;
-use crate::workload::{ParamInfo, Params, Vm, Workload, WorkloadEntry};
+use crate::workload::{ParamInfo, ParamKind, Params, Vm, Workload, WorkloadEntry};
 
 /// Registry entry.
 pub const ENTRY: WorkloadEntry = WorkloadEntry {
@@ -30,7 +30,7 @@ pub const ENTRY: WorkloadEntry = WorkloadEntry {
     params: graph_params!(
         SOURCE_PARAM,
         SORTED_PARAM,
-        ParamInfo { name: "sources", default: "1", help: "BFS sources: `source` and the ids after it" }
+        ParamInfo { name: "sources", kind: ParamKind::Count, default: "1", help: "BFS sources: `source` and the ids after it" }
     ),
     build,
 };

@@ -37,29 +37,29 @@ macro_rules! graph_params {
     ($($extra:expr),* $(,)?) => {
         &[
             crate::workload::ParamInfo {
-                name: "footprint",
+                name: "footprint", kind: crate::workload::ParamKind::Bytes,
                 default: "1G",
                 help: "bytes of simulated data (CSR + the kernel's arrays); sets the vertex count",
             },
-            crate::workload::ParamInfo { name: "vertices", default: "0", help: "vertex count; overrides footprint when non-zero" },
-            crate::workload::ParamInfo { name: "degree", default: "16", help: "average out-degree of the R-MAT graph" },
+            crate::workload::ParamInfo { name: "vertices", kind: crate::workload::ParamKind::Count, default: "0", help: "vertex count; overrides footprint when non-zero" },
+            crate::workload::ParamInfo { name: "degree", kind: crate::workload::ParamKind::Number, default: "16", help: "average out-degree of the R-MAT graph" },
             crate::workload::ParamInfo {
-                name: "permute",
+                name: "permute", kind: crate::workload::ParamKind::Flag,
                 default: "true",
                 help: "scramble vertex ids (Graph500/GAP); false keeps R-MAT's id locality",
             },
             crate::workload::ParamInfo {
-                name: "threads",
+                name: "threads", kind: crate::workload::ParamKind::Count,
                 default: "1",
                 help: "threads; each phase's vertices/frontier is shared among them",
             },
             crate::workload::ParamInfo {
-                name: "max_accesses",
+                name: "max_accesses", kind: crate::workload::ParamKind::Count,
                 default: "10000000",
                 help: "stop after recording this many accesses over all threads (0 = run to completion)",
             },
             crate::workload::ParamInfo {
-                name: "skip",
+                name: "skip", kind: crate::workload::ParamKind::Count,
                 default: "0",
                 help: "accesses to run through without recording first (fast-forward)",
             },
@@ -72,6 +72,7 @@ pub(crate) use graph_params;
 /// The `source` parameter (bfs, dfs, sssp, bc).
 pub(crate) const SOURCE_PARAM: crate::workload::ParamInfo = crate::workload::ParamInfo {
     name: "source",
+    kind: crate::workload::ParamKind::Text,
     default: "auto",
     help: "source vertex id, or auto (a seeded choice among vertices with out-edges)",
 };
@@ -79,6 +80,7 @@ pub(crate) const SOURCE_PARAM: crate::workload::ParamInfo = crate::workload::Par
 /// The `sorted` parameter (kernels whose lists may be in either order).
 pub(crate) const SORTED_PARAM: crate::workload::ParamInfo = crate::workload::ParamInfo {
     name: "sorted",
+    kind: crate::workload::ParamKind::Flag,
     default: "false",
     help: "adjacency lists sorted by id (GAP's builder) instead of generation order (GraphBIG)",
 };

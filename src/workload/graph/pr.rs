@@ -16,7 +16,7 @@ use super::csr::Graph;
 use super::engine::{alloc_init, static_share, written_zeros, Kernel, Lane, Runner, Untouched32, Walk};
 use super::{common, graph_params, SORTED_PARAM};
 use crate::error::Result;
-use crate::workload::{ParamInfo, Params, Vm, Workload, WorkloadEntry};
+use crate::workload::{ParamInfo, ParamKind, Params, Vm, Workload, WorkloadEntry};
 
 /// Registry entry.
 pub const ENTRY: WorkloadEntry = WorkloadEntry {
@@ -24,8 +24,8 @@ pub const ENTRY: WorkloadEntry = WorkloadEntry {
     description: "GraphBIG PageRank: push-style rank propagation with atomic adds over an R-MAT CSR graph",
     params: graph_params!(
         SORTED_PARAM,
-        ParamInfo { name: "iterations", default: "20", help: "PageRank iterations" },
-        ParamInfo { name: "damping", default: "0.85", help: "damping factor" }
+        ParamInfo { name: "iterations", kind: ParamKind::Count, default: "20", help: "PageRank iterations" },
+        ParamInfo { name: "damping", kind: ParamKind::Number, default: "0.85", help: "damping factor" }
     ),
     build,
 };

@@ -20,7 +20,7 @@ use super::csr::Graph;
 use super::engine::{alloc, alloc_init, Dynamic, Kernel, Lane, Runner, Walk};
 use super::{common, graph_params, source, SORTED_PARAM, SOURCE_PARAM};
 use crate::error::Result;
-use crate::workload::{ParamInfo, Params, Vm, Workload, WorkloadEntry};
+use crate::workload::{ParamInfo, ParamKind, Params, Vm, Workload, WorkloadEntry};
 
 /// Registry entry.
 pub const ENTRY: WorkloadEntry = WorkloadEntry {
@@ -29,7 +29,7 @@ pub const ENTRY: WorkloadEntry = WorkloadEntry {
     params: graph_params!(
         SOURCE_PARAM,
         SORTED_PARAM,
-        ParamInfo { name: "delta", default: "1", help: "bucket width of delta-stepping (1 = Dijkstra order)" }
+        ParamInfo { name: "delta", kind: ParamKind::Count, default: "1", help: "bucket width of delta-stepping (1 = Dijkstra order)" }
     ),
     build,
 };
