@@ -189,13 +189,17 @@ fn nestable() -> Vec<String> {
     arch::nested::NESTABLE.iter().map(|s| s.to_string()).collect()
 }
 
-/// `[(name, description, [(param, default, help)])]` of every built-in workload.
+/// `[(name, description, [(param, kind, default, help)])]` of every built-in workload.
 #[pyfunction]
 #[allow(clippy::type_complexity)]
-fn workloads() -> Vec<(String, String, Vec<(String, String, String)>)> {
+fn workloads() -> Vec<(String, String, Vec<(String, String, String, String)>)> {
     workload::all()
         .map(|w| {
-            let params = w.params.iter().map(|p| (p.name.to_string(), p.default.to_string(), p.help.to_string())).collect();
+            let params = w
+                .params
+                .iter()
+                .map(|p| (p.name.to_string(), p.kind.label().to_string(), p.default.to_string(), p.help.to_string()))
+                .collect();
             (w.name.to_string(), w.description.to_string(), params)
         })
         .collect()

@@ -170,6 +170,7 @@ def test_designs_workloads_presets():
     params = ws["gups"]["params"]
     assert "table" in params and "updates" in params
     assert params["table"]["default"] and params["table"]["help"]
+    assert params["table"]["kind"] == "bytes" and params["updates"]["kind"] == "integer"
     assert ws["gups"]["description"]
     assert "zen3" in xlate.presets()
 

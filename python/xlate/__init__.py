@@ -254,13 +254,15 @@ def workloads() -> Dict[str, Dict[str, Any]]:
     """The built-in workloads (``xlate workloads``).
 
     Returns:
-        Name to ``{"description": str, "params": {param: {"default": str, "help": str}}}``; a
-        parameter is set with the config key ``workload.params.<param>``.
+        Name to ``{"description": str, "params": {param: {"kind": str, "default": str, "help":
+        str}}}``, ``kind`` being how the workload reads the value (``bytes``, ``integer``,
+        ``number``, ``bool`` or ``text``); a parameter is set with the config key
+        ``workload.params.<param>``.
     """
     return {
         name: {
             "description": desc,
-            "params": {p: {"default": default, "help": help_} for p, default, help_ in params},
+            "params": {p: {"kind": kind, "default": default, "help": help_} for p, kind, default, help_ in params},
         }
         for name, desc, params in _xlate.workloads()
     }
