@@ -85,18 +85,30 @@ impl ParamKind {
     /// `text` in one spelling per value (decimal bytes, plain integers, Rust's shortest form of
     /// a float, `true`/`false`); `None` if it does not parse as this kind (the run then says so).
     pub fn canonical(self, text: &str) -> Option<String> {
-        let t = text.trim();
         match self {
-            ParamKind::Bytes => crate::addr::parse_bytes(t).map(|b| b.to_string()),
-            ParamKind::Count => t.replace('_', "").parse::<u64>().ok().map(|n| n.to_string()),
-            ParamKind::Number => t.parse::<f64>().ok().map(|x| x.to_string()),
-            ParamKind::Flag => match t {
-                "true" | "1" | "yes" => Some("true".into()),
-                "false" | "0" | "no" => Some("false".into()),
-                _ => None,
-            },
+            ParamKind::Bytes => crate::addr::parse_bytes(text).map(|b| b.to_string()),
+            ParamKind::Count => parse_count(text).map(|n| n.to_string()),
+            ParamKind::Number => parse_number(text).map(|x| x.to_string()),
+            ParamKind::Flag => parse_flag(text).map(|b| b.to_string()),
             ParamKind::Text => Some(text.to_string()),
         }
+    }
+}
+
+/// An unsigned integer, `_` allowed between digits.
+fn parse_count(text: &str) -> Option<u64> {
+    text.trim().replace('_', "").parse().ok()
+}
+
+fn parse_number(text: &str) -> Option<f64> {
+    text.trim().parse().ok()
+}
+
+fn parse_flag(text: &str) -> Option<bool> {
+    match text.trim() {
+        "true" | "1" | "yes" => Some(true),
+        "false" | "0" | "no" => Some(false),
+        _ => None,
     }
 }
 
@@ -206,7 +218,7 @@ impl Params {
     /// An unsigned integer parameter.
     pub fn u64(&self, key: &str) -> Result<u64> {
         let k = ParamKind::Count;
-        self.raw(key, k).trim().replace('_', "").parse().map_err(|_| self.bad(key, k, "an unsigned integer"))
+        parse_count(self.raw(key, k)).ok_or_else(|| self.bad(key, k, "an unsigned integer"))
     }
 
     /// A byte-size parameter ("4G", "512M", 4096).
@@ -218,17 +230,13 @@ impl Params {
     /// A floating-point parameter.
     pub fn f64(&self, key: &str) -> Result<f64> {
         let k = ParamKind::Number;
-        self.raw(key, k).trim().parse().map_err(|_| self.bad(key, k, "a number"))
+        parse_number(self.raw(key, k)).ok_or_else(|| self.bad(key, k, "a number"))
     }
 
     /// A boolean parameter.
     pub fn bool(&self, key: &str) -> Result<bool> {
         let k = ParamKind::Flag;
-        match self.raw(key, k).trim() {
-            "true" | "1" | "yes" => Ok(true),
-            "false" | "0" | "no" => Ok(false),
-            _ => Err(self.bad(key, k, "true or false")),
-        }
+        parse_flag(self.raw(key, k)).ok_or_else(|| self.bad(key, k, "true or false"))
     }
 
     /// A string parameter.
