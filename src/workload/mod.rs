@@ -82,6 +82,17 @@ impl ParamKind {
         }
     }
 
+    /// What a value of this kind looks like, for the error naming one that does not parse.
+    fn expected(self) -> &'static str {
+        match self {
+            ParamKind::Bytes => "a byte size such as 4G or 512M",
+            ParamKind::Count => "an unsigned integer",
+            ParamKind::Number => "a number",
+            ParamKind::Flag => "true or false",
+            ParamKind::Text => "text",
+        }
+    }
+
     /// `text` in one spelling per value (decimal bytes, plain integers, Rust's shortest form of
     /// a float, `true`/`false`); `None` if it does not parse as this kind (the run then says so).
     pub fn canonical(self, text: &str) -> Option<String> {
@@ -110,6 +121,11 @@ fn parse_flag(text: &str) -> Option<bool> {
         "false" | "0" | "no" => Some(false),
         _ => None,
     }
+}
+
+/// The error for parameter `key`'s value `text`, which does not parse as `kind`.
+fn kind_error(key: &str, text: &str, kind: ParamKind) -> Error {
+    Error::config(format!("workload.params.{key}"), format!("`{text}` is not {}", kind.expected()))
 }
 
 /// One documented parameter of a workload.
@@ -185,6 +201,11 @@ impl Params {
                     ),
                 ));
             };
+            // A value is checked against its kind here, not first when the workload reads it,
+            // so a sweep refuses a misspelt value before running any point.
+            if p.kind.canonical(v).is_none() {
+                return Err(kind_error(k, v, p.kind));
+            }
             values.insert(p.name, v.clone());
         }
         Ok(Params { entry, values })
@@ -196,7 +217,7 @@ impl Params {
     }
 
     /// Every parameter's value (given, else the default) in one spelling per value
-    /// ([`ParamKind::canonical`]; a value that does not parse is kept as written).
+    /// ([`ParamKind::canonical`]; [`Params::new`] checked that each parses).
     pub fn canonical(&self) -> BTreeMap<String, String> {
         let kind = |k: &str| self.entry.params.iter().find(|p| p.name == k).map_or(ParamKind::Text, |p| p.kind);
         self.values().map(|(k, v)| (k.to_string(), kind(k).canonical(v).unwrap_or_else(|| v.to_string()))).collect()
@@ -211,32 +232,32 @@ impl Params {
         self.values.get(key).map(String::as_str).unwrap_or_else(|| panic!("workload {w} reads undeclared parameter {key}"))
     }
 
-    fn bad(&self, key: &str, kind: ParamKind, expected: &str) -> Error {
-        Error::config(format!("workload.params.{key}"), format!("`{}` is not {expected}", self.raw(key, kind)))
+    fn bad(&self, key: &str, kind: ParamKind) -> Error {
+        kind_error(key, self.raw(key, kind), kind)
     }
 
     /// An unsigned integer parameter.
     pub fn u64(&self, key: &str) -> Result<u64> {
         let k = ParamKind::Count;
-        parse_count(self.raw(key, k)).ok_or_else(|| self.bad(key, k, "an unsigned integer"))
+        parse_count(self.raw(key, k)).ok_or_else(|| self.bad(key, k))
     }
 
     /// A byte-size parameter ("4G", "512M", 4096).
     pub fn bytes(&self, key: &str) -> Result<u64> {
         let k = ParamKind::Bytes;
-        crate::addr::parse_bytes(self.raw(key, k)).ok_or_else(|| self.bad(key, k, "a byte size such as 4G or 512M"))
+        crate::addr::parse_bytes(self.raw(key, k)).ok_or_else(|| self.bad(key, k))
     }
 
     /// A floating-point parameter.
     pub fn f64(&self, key: &str) -> Result<f64> {
         let k = ParamKind::Number;
-        parse_number(self.raw(key, k)).ok_or_else(|| self.bad(key, k, "a number"))
+        parse_number(self.raw(key, k)).ok_or_else(|| self.bad(key, k))
     }
 
     /// A boolean parameter.
     pub fn bool(&self, key: &str) -> Result<bool> {
         let k = ParamKind::Flag;
-        parse_flag(self.raw(key, k)).ok_or_else(|| self.bad(key, k, "true or false"))
+        parse_flag(self.raw(key, k)).ok_or_else(|| self.bad(key, k))
     }
 
     /// A string parameter.
@@ -248,5 +269,42 @@ impl Params {
     pub fn out_of_range(&self, key: &str, expected: &str) -> Error {
         let text = self.values.get(key).map_or("", String::as_str);
         Error::config(format!("workload.params.{key}"), format!("`{text}` is not {expected}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every built-in default parses as its declared kind: [`Params::new`] checks only the values
+    /// given, so a default that did not would fail first when its workload read it.
+    #[test]
+    fn every_default_parses_as_its_kind() {
+        for e in all() {
+            for p in e.params {
+                assert!(p.kind.canonical(p.default).is_some(), "{}.{} = {:?} is not {:?}", e.name, p.name, p.default, p.kind);
+            }
+        }
+    }
+
+    /// A given value that does not parse as its parameter's kind is refused when the parameters
+    /// are resolved, naming the key, the value and what was expected; text takes anything.
+    #[test]
+    fn a_value_of_the_wrong_kind_is_refused_when_resolved() {
+        let given = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
+        let gups = lookup("gups").unwrap();
+        let err = Params::new(gups, &given("updates", "lots")).err().expect("refused").to_string();
+        assert!(err.contains("workload.params.updates") && err.contains("`lots` is not an unsigned integer"), "{err}");
+        let err = Params::new(gups, &given("table", "big")).err().expect("refused").to_string();
+        assert!(err.contains("workload.params.table") && err.contains("`big` is not a byte size"), "{err}");
+        let stream = lookup("stream").unwrap();
+        let err = Params::new(stream, &given("populate", "maybe")).err().expect("refused").to_string();
+        assert!(err.contains("`maybe` is not true or false"), "{err}");
+        assert_eq!(Params::new(gups, &given("table", "16M")).unwrap().bytes("table").unwrap(), 16 << 20);
+        for e in all() {
+            if let Some(p) = e.params.iter().find(|p| p.kind == ParamKind::Text) {
+                assert!(Params::new(e, &given(p.name, "anything at all")).is_ok(), "{}.{}", e.name, p.name);
+            }
+        }
     }
 }

@@ -189,27 +189,29 @@ fn sweep_records_resumes_and_exports() {
 fn failing_points_are_recorded_and_the_rest_finish() {
     let scratch = Scratch::new("sweep-failing");
     let d = scratch.dir();
-    let text = format!("{TINY}\n[[points]]\ndesign = \"radix4\"\n\"workload.params.updates\" = \"lots, really\"\n");
+    // A table twice the simulated memory: the config is valid, the run runs out of memory.
+    let text = format!("{TINY}\n[[points]]\ndesign = \"radix4\"\n\"workload.params.table\" = \"128M\"\n\"os.memory\" = \"64M\"\n");
     let grid = write(d, "grid.toml", &text);
     let out_dir = d.join("out");
     let (code, out, err) = xlate(&["sweep", grid.to_str().unwrap(), "--out", out_dir.to_str().unwrap(), "--jobs", "2"]);
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("5 points: 4 done, 1 failed, 0 pending"), "{out}");
-    assert!(err.contains("failed (") && err.contains("workload.params.updates"), "{err}");
+    assert!(err.contains("failed (") && err.contains("out of physical memory"), "{err}");
     let recs = records(&out_dir);
     let failed: Vec<&Value> = recs.values().filter(|r| r["status"] == "failed").collect();
     assert_eq!(failed.len(), 1);
     let f = failed[0];
-    assert!(f["error"].as_str().unwrap().contains("workload.params.updates"), "{f}");
+    assert!(f["error"].as_str().unwrap().contains("raise os.memory"), "{f}");
     assert!(f["result"].is_null() && f["run"].is_null());
-    assert_eq!(f["swept"]["workload.params.updates"], "lots, really");
+    assert_eq!(f["swept"]["workload.params.table"], "128M");
+    assert_eq!(f["swept"]["os.memory"], "64M");
 
     let (code, out, _) = xlate(&["sweep", "--status", out_dir.to_str().unwrap()]);
     assert_eq!(code, 0);
     assert!(out.contains("5 points: 4 done, 1 failed, 0 pending"), "{out}");
     assert!(
         out.contains(&format!(
-            "  {} radix4 gups workload.params.updates=lots, really: config key `workload.params.updates`",
+            "  {} radix4 gups workload.params.table=128M os.memory=64M: simulated machine out of physical memory",
             f["id"].as_str().unwrap()
         )),
         "{out}"
@@ -221,15 +223,31 @@ fn failing_points_are_recorded_and_the_rest_finish() {
     let (code, _, err) = xlate(&["sweep", grid.to_str().unwrap(), "--out", out_dir.to_str().unwrap(), "--retry-failed"]);
     assert_eq!((code, finished_lines(&err)), (1, 1), "{err}");
 
-    // The CSV quotes the error and the swept value (both hold commas or quotes).
+    // The CSV quotes the error (it holds commas).
     let csv = d.join("out.csv");
     let (code, _, err) = xlate(&["sweep", "--export", out_dir.to_str().unwrap(), "--csv", csv.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     let text = std::fs::read_to_string(&csv).unwrap();
     let last = text.lines().last().unwrap();
-    assert!(last.contains(",failed,\"config key `workload.params.updates`: `lots, really` is not an unsigned integer\","), "{last}");
-    assert!(last.contains(",\"lots, really\","), "{last}");
+    assert!(last.contains(",failed,\"simulated machine out of physical memory: 4 KiB page for "), "{last}");
+    assert!(last.contains("(raise os.memory, or host.os.memory for a guest@host design, or let the OS swap"), "{last}");
     assert_eq!(text.lines().count(), 6);
+}
+
+/// A workload parameter whose value does not parse as its kind is refused when the grid is
+/// expanded, naming the key and the value, before any point runs (and nothing is written).
+#[test]
+fn a_workload_parameter_of_the_wrong_kind_refuses_the_grid() {
+    let scratch = Scratch::new("sweep-bad-kind");
+    let d = scratch.dir();
+    let text = format!("{TINY}\n[[points]]\ndesign = \"radix4\"\n\"workload.params.updates\" = \"lots, really\"\n");
+    let grid = write(d, "grid.toml", &text);
+    let out_dir = d.join("out");
+    let (code, out, err) = xlate(&["sweep", grid.to_str().unwrap(), "--out", out_dir.to_str().unwrap()]);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(err.contains("workload.params.updates") && err.contains("`lots, really` is not an unsigned integer"), "{err}");
+    assert_eq!(finished_lines(&err), 0, "{err}");
+    assert!(!out_dir.join("points").exists() || std::fs::read_dir(out_dir.join("points")).unwrap().next().is_none());
 }
 
 /// Waits until `dir/points` holds at least one record, or the child exits.
