@@ -121,6 +121,8 @@ impl CacheStats {
 const DIRTY: u8 = 1;
 /// Line flag: filled by a translation-structure reference.
 const TRANSLATION: u8 = 2;
+/// Line flag: brought in by a prefetch and not yet hit by a demand access ([`Cache::access_tracked`]).
+const PREFETCHED: u8 = 4;
 
 /// One cache level, storing tags as `T` (module doc).
 #[derive(Clone, Debug)]
@@ -137,6 +139,7 @@ pub struct Cache<T: Tag = u32> {
     /// re-hits the same L1 line several times in a row).
     mru: u64,
     mru_slot: usize,
+    /// Whether the re-hit shortcut applies: an LRU cache, in a hierarchy without prefetchers.
     lru: bool,
     latency: u32,
     valid: u64,
@@ -239,8 +242,22 @@ impl<T: Tag> Cache<T> {
     /// the same state as one that looks every level up first and fills afterwards.
     #[inline(always)]
     pub fn access(&mut self, line: u64, translation: bool, write: bool) -> CacheResult {
+        self.access_impl::<false>(line, translation, write).0
+    }
+
+    /// [`Cache::access`] in a hierarchy with prefetchers: also says whether a hit was the first
+    /// demand hit on a line a prefetch brought in (and clears that line's mark). Such a
+    /// hierarchy turns the re-hit shortcut off ([`Cache::without_rehit_shortcut`]), which would
+    /// skip the mark.
+    #[inline(always)]
+    pub fn access_tracked(&mut self, line: u64, translation: bool, write: bool) -> (CacheResult, bool) {
+        self.access_impl::<true>(line, translation, write)
+    }
+
+    #[inline(always)]
+    fn access_impl<const TRACK: bool>(&mut self, line: u64, translation: bool, write: bool) -> (CacheResult, bool) {
         if self.rehit(line, translation, write) {
-            return CacheResult { hit: true, writeback: None };
+            return (CacheResult { hit: true, writeback: None }, false);
         }
         let t = translation as usize;
         self.accesses[t] += 1;
@@ -250,12 +267,43 @@ impl<T: Tag> Cache<T> {
         self.note_mru(line, slot);
         if hit {
             self.hits[t] += 1;
+            let mut prefetched = false;
+            if TRACK {
+                let f = self.tags.byte_mut(slot);
+                prefetched = *f & PREFETCHED != 0;
+                *f &= !PREFETCHED;
+            }
             if write {
                 *self.tags.byte_mut(slot) |= DIRTY;
             }
+            return (CacheResult { hit: true, writeback: None }, prefetched);
+        }
+        (CacheResult { hit: false, writeback: self.filled(set, slot, evicted, translation, write) }, false)
+    }
+
+    /// A prefetch of `line` reaching this level: not a demand access (no demand counter moves). A
+    /// present line is promoted as on a hit; an absent one is filled clean, as data, marked as
+    /// prefetched. Returns whether it was present and the fill's dirty victim.
+    #[inline]
+    pub fn prefetch_access(&mut self, line: u64) -> CacheResult {
+        let set = self.set_of(line);
+        let (way, hit, evicted) = self.tags.lookup_or_insert(set, self.tag_of(line));
+        let slot = self.tags.byte_index(set, way);
+        self.note_mru(line, slot);
+        if hit {
             return CacheResult { hit: true, writeback: None };
         }
-        CacheResult { hit: false, writeback: self.filled(set, slot, evicted, translation, write) }
+        let writeback = self.filled(set, slot, evicted, false, false);
+        *self.tags.byte_mut(slot) |= PREFETCHED;
+        CacheResult { hit: false, writeback }
+    }
+
+    /// This cache with the re-hit shortcut off: every access searches its set. A hierarchy with
+    /// prefetchers needs it so (they train on hits, and a hit must see a line's prefetch mark).
+    pub fn without_rehit_shortcut(mut self) -> Self {
+        self.lru = false;
+        self.mru = INVALID_TAG;
+        self
     }
 
     /// The lookup half of [`Cache::access`]: counts a demand access, and on a hit updates replacement

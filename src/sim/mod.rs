@@ -825,7 +825,7 @@ fn step_page_run<D: Driver, M: Mode>(
                 eng.mem.l1_rehits(cid, rehits, rehit_write);
                 (rehits, rehit_write) = (0, false);
             }
-            let (d, _) = eng.mem.access_hot(cid, paddr, false, store);
+            let (d, _) = eng.mem.access_hot(cid, paddr, false, store, b.ip);
             (mru, l1_latency) = eng.mem.l1_mru(cid);
             d
         };
@@ -1043,7 +1043,7 @@ fn finish_access<D: Driver, T: TimingModel>(
     tcycles: u32,
     clock: &mut Clock,
 ) {
-    let (dlat, _) = eng.mem.access_hot(cid, t.paddr(a.vaddr), false, a.kind == AccessKind::Store);
+    let (dlat, _) = eng.mem.access_hot(cid, t.paddr(a.vaddr), false, a.kind == AccessKind::Store, a.ip);
     add_time(&eng.timing, a, tcycles, dlat, clock);
 }
 

@@ -531,3 +531,40 @@ fn no_progress_output_off_a_terminal() {
     assert!(out.contains("radix4"), "{out}");
     assert!(!err.contains('\x1b') && !err.contains("accesses/s"), "{err:?}");
 }
+
+/// With Utopia Table 1's prefetchers on, a checked run (stream and bfs, native and nested) still
+/// translates every access to the OS's frame, and the results carry the prefetch counters, which
+/// runs without prefetchers do not; a bad prefetcher setting names its key.
+#[test]
+fn prefetchers_run_checked_and_report_their_counters() {
+    let scratch = Scratch::new("cli-prefetch");
+    let dir = scratch.dir();
+    let on = ["--set", "mem.prefetch.l1d.kind=ip-stride", "--set", "mem.prefetch.l2.kind=stream"];
+    for (design, workload, extra) in [
+        ("radix4", "stream", &["--set", "workload.params.footprint=8M"][..]),
+        ("ecpt", "bfs", &["--set", "workload.params.footprint=64M", "--set", "sim.max_accesses=200000"][..]),
+        (
+            "radix4@radix4",
+            "stream",
+            &["--set", "workload.params.footprint=8M", "--set", "os.memory=512M", "--set", "host.os.memory=2G"][..],
+        ),
+    ] {
+        let j = dir.join(format!("{workload}.json"));
+        let base = ["run", "-q", "--checked", "--design", design, "--workload", workload, "--json", j.to_str().unwrap()];
+        let (code, _, err) = xlate(&[&base[..], extra, &on[..]].concat());
+        assert_eq!(code, 0, "{design} {workload}: {err}");
+        assert!(err.contains("(0 mismatches)"), "{err}");
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+        let p = &v["mem"]["prefetch"]["l1d"];
+        assert!(p["issued"].as_u64().unwrap() > 0 && p["useful"].as_u64().unwrap() > 0, "{design} {workload}: {p}");
+        let (code, _, err) = xlate(&[&base[..], extra].concat());
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+        assert!(v["mem"].get("prefetch").is_none(), "no prefetch counters without prefetchers");
+    }
+    fails_with(&["run", "--set", "mem.prefetch.l1d.kind=next-line"], &["mem.prefetch.l1d.kind", "ip-stride"]);
+    fails_with(
+        &["run", "--set", "mem.prefetch.l2.kind=stream", "--set", "mem.prefetch.l2.degree=0"],
+        &["mem.prefetch.l2.degree", "1..=64"],
+    );
+}
