@@ -36,7 +36,8 @@ workloads = [{ name = "gups", params = { table = "64M", updates = 3000 } },
 [[points]]
 design = "radix4"
 workload = "gups"
-"workload.params.updates" = "many"
+"workload.params.table" = "128M"
+"os.memory" = "64M"
 "#;
 
 /// The text of each `<figure>` of a page.
@@ -101,8 +102,8 @@ fn sweep_report_has_every_plot_and_renders() {
     let mpki = figures(&page)[ids.iter().position(|i| i == "l2_tlb_mpki-vs-mmu.l2.entries").unwrap()];
     assert_eq!(mpki.matches("class=\"mark line\"").count(), 6, "{mpki}");
     assert_eq!(mpki.matches("<circle class=\"mark\"").count(), 12, "{mpki}");
-    // The failed point is listed with its error.
-    assert!(page.contains("Failed points") && page.contains("workload.params.updates"), "{page}");
+    // The failed point (a table twice the simulated memory) is listed with its error.
+    assert!(page.contains("Failed points") && page.contains("out of physical memory"), "{page}");
     // The default file name, and a baseline that is not there.
     let (code, _, e) = xlate(&["report", out.to_str().unwrap(), "--baseline", "nosuch"]);
     assert_eq!(code, 2);
