@@ -455,8 +455,7 @@ impl MemHierarchy {
     /// so a prefetch is in place by the next reference (docs/memory-model.md).
     fn prefetch_line(&mut self, core: usize, target: Level, line: u64) {
         let present = if target == Level::L1 { self.l1[core].contains(line) } else { self.l2[core].contains(line) };
-        let pf = self.pf.as_deref_mut().expect("only a hierarchy with prefetchers prefetches");
-        let stats = if target == Level::L1 { &mut pf.stats.l1d } else { &mut pf.stats.l2 };
+        let stats = self.prefetch_stats(target);
         stats.generated += 1;
         if present {
             stats.redundant += 1;
@@ -490,9 +489,17 @@ impl MemHierarchy {
         if let Some(wb) = l1_victim {
             self.write_l2(core, wb);
         }
-        let pf = self.pf.as_deref_mut().expect("still there");
-        let stats = if target == Level::L1 { &mut pf.stats.l1d } else { &mut pf.stats.l2 };
-        stats.from_dram += u64::from(from_dram);
+        self.prefetch_stats(target).from_dram += u64::from(from_dram);
+    }
+
+    /// The counters of the prefetchers that fill `target` (the L1D's or the L2's).
+    fn prefetch_stats(&mut self, target: Level) -> &mut PrefetchLevelStats {
+        let pf = self.pf.as_deref_mut().expect("only a hierarchy with prefetchers prefetches");
+        if target == Level::L1 {
+            &mut pf.stats.l1d
+        } else {
+            &mut pf.stats.l2
+        }
     }
 
     /// An L1 victim written into the core's L2 (and onwards if that evicts a dirty line).
