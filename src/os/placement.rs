@@ -297,6 +297,15 @@ impl<D: Driver> Os<D> {
         self.busy_until = f64::NEG_INFINITY;
     }
 
+    /// Host prefetch of what [`Os::prefetch_move`] will read of `r` a few moves later: the
+    /// driver's placement state for it ([`FramePlacement::prefetch_placement`]). A hint.
+    fn prefetch_placement(&mut self, r: &MigrationRequest) {
+        let Some(p) = self.procs.get(r.asid as usize) else { return };
+        if let Some(d) = self.driver.placement() {
+            d.prefetch_placement(&p.space, r.va, r.size);
+        }
+    }
+
     /// Host prefetch of what moving `r` will read first: the ground-truth buckets and the
     /// driver's entries (its prefetch: radix's leaf) of the page and of the page the driver
     /// would move out for it ([`FramePlacement::victim_hint`]). A hint: changes nothing. Page
@@ -323,6 +332,9 @@ impl<D: Driver> Os<D> {
         }
         self.cost.set_path(Path::Promote);
         for (k, &r) in reqs.iter().enumerate() {
+            if let Some(far) = reqs.get(k + 2 * MOVE_PREFETCH_AHEAD) {
+                self.prefetch_placement(far);
+            }
             if let Some(next) = reqs.get(k + MOVE_PREFETCH_AHEAD) {
                 self.prefetch_move(next);
             }

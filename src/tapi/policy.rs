@@ -98,6 +98,12 @@ pub trait FramePlacement<D: Driver> {
         None
     }
 
+    /// Host prefetch of what [`FramePlacement::victim_hint`] and then
+    /// [`FramePlacement::place_migrating`] read first for a page of `size` at `va` (Utopia: the
+    /// page's TAR rows and its sets' replacement state). Run a few page moves before the hint, so
+    /// that the hint's own reads do not wait; changes nothing. Default: nothing.
+    fn prefetch_placement(&self, _s: &D::Space, _va: u64, _size: PageSize) {}
+
     /// Whether the frame at `pa` lies in memory the driver reserved at boot: the OS never returns
     /// such a frame to the buddy allocator (the driver frees its slot in `remove`).
     fn owns_frame(&self, _pa: u64) -> bool {

@@ -96,6 +96,14 @@ impl FramePlacement<Utopia> for Utopia {
         g.page_at(set, g.global.peek_way(set))
     }
 
+    fn prefetch_placement(&self, s: &UtopiaSpace, va: u64, size: PageSize) {
+        for (g, ss) in self.segs.iter().zip(&s.segs).filter(|(g, _)| g.page == size) {
+            let set = g.set_of(va >> g.shift);
+            ss.tar.prefetch(set * g.ways);
+            g.global.prefetch(set);
+        }
+    }
+
     fn owns_frame(&self, pa: u64) -> bool {
         self.segs.iter().any(|g| g.contains(pa))
     }
