@@ -410,6 +410,9 @@ fn bench(accesses: u64, designs: Option<Vec<String>>, workloads: Option<Vec<Stri
             sets.extend(bench_params(wl, accesses));
             sets.extend(extra.iter().cloned());
             let cfg = Layers { sets, ..Layers::default() }.resolve(Some(arch::lookup(design)?))?;
+            // Each benchmark on its own: a degree index an earlier bfs run left behind would
+            // count in this run's peak memory and spare its setup the drawing.
+            xlate::workload::graph::csr::release_shared_degrees();
             peak_rss(true);
             let r = sim::run(arch::lookup(design)?, &cfg, &[], false)?;
             let n = r.core.accesses as f64;

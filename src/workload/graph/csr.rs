@@ -86,6 +86,14 @@ struct DegreeCache {
 
 static DEGREES: Mutex<DegreeCache> = Mutex::new(DegreeCache { live: Vec::new(), last: None });
 
+/// Drops the degree index this process keeps past its run (the cache's last one), so that the
+/// next run measures its own setup and peak memory as a fresh process would (`xlate bench` calls
+/// it before each benchmark). Indexes in use by a running workload stay alive. Host-side only:
+/// the next run of the same graph draws an equal index.
+pub fn release_shared_degrees() {
+    DEGREES.lock().unwrap_or_else(|e| e.into_inner()).last = None;
+}
+
 impl Degrees {
     /// The degree index of `spec`'s graph: one some other run of this process drew, if any still
     /// holds it or it was the last drawn, else a new one. A study runs the same workload under
@@ -332,6 +340,18 @@ pub(crate) mod tests {
         let fresh = Degrees::draw(a.idx.key, &spec, &a.perm, a.bits);
         assert_eq!((&fresh.deg, &fresh.escapes, &fresh.block_off, fresh.edges), (&a.idx.deg, &a.idx.escapes, &a.idx.block_off, a.edges()));
         assert_ne!(c.idx.deg, a.idx.deg);
+    }
+
+    /// Releasing the shared degrees frees the index kept past its run, and leaves one a live
+    /// graph holds to be shared still (seeds no other test draws: tests run in parallel).
+    #[test]
+    fn released_degrees_are_freed_unless_in_use() {
+        let kept = small(2000, 4.0, 0x0de9_4ee1, false);
+        let gone = Arc::downgrade(&small(2000, 4.0, 0x0de9_4ee2, false).idx);
+        release_shared_degrees();
+        assert_eq!(gone.strong_count(), 0, "the last index drawn outlived its graph");
+        let again = small(2000, 4.0, 0x0de9_4ee1, false);
+        assert!(Arc::ptr_eq(&kept.idx, &again.idx), "an index in use is still shared");
     }
 
     /// A small test graph.
