@@ -388,23 +388,24 @@ impl<T: Tag> Cache<T> {
 
     /// The counts and flags of a fill into `slot` of `set` (its tag already in place) that
     /// evicted `evicted`; the victim's write-back if it was dirty.
+    ///
+    /// Without a branch on the victim's flags: whether a victim is dirty is as good as random
+    /// (half of a GUPS run's evictions), so a branch on it mispredicts about every other fill,
+    /// and the hierarchy branches on the write-back it returns anyway (docs/performance.md,
+    /// "Dirty victims without a branch").
     #[inline]
     fn filled(&mut self, set: usize, slot: usize, evicted: Option<T>, translation: bool, dirty: bool) -> Option<Writeback> {
-        let mut writeback = None;
-        match evicted {
-            Some(old) => {
-                let f = self.tags.byte(slot);
-                self.translation -= u64::from(f & TRANSLATION != 0);
-                if f & DIRTY != 0 {
-                    self.writebacks += 1;
-                    writeback = Some(Writeback { line: self.line_of(set, old), translation: f & TRANSLATION != 0 });
-                }
-            }
-            None => self.valid += 1,
-        }
+        // The flags of the way's valid victim; none for an invalid way.
+        let valid = evicted.is_some();
+        let f = self.tags.byte(slot) & 0u8.wrapping_sub(u8::from(valid));
+        let (was_dirty, was_translation) = (f & DIRTY != 0, f & TRANSLATION != 0);
+        self.valid += u64::from(!valid);
+        self.translation -= u64::from(was_translation);
+        self.writebacks += u64::from(was_dirty);
         *self.tags.byte_mut(slot) = if dirty { DIRTY } else { 0 } | if translation { TRANSLATION } else { 0 };
         self.translation += u64::from(translation);
-        writeback
+        let line = self.line_of(set, evicted.unwrap_or(T::INVALID));
+        was_dirty.then_some(Writeback { line, translation: was_translation })
     }
 
     /// Absorbs a dirty line written back from the level above (not a demand access: not counted in
