@@ -389,9 +389,8 @@ impl<T: Tag> Cache<T> {
     /// The counts and flags of a fill into `slot` of `set` (its tag already in place) that
     /// evicted `evicted`; the victim's write-back if it was dirty.
     ///
-    /// Without a branch on the victim's flags: whether a victim is dirty is as good as random
-    /// (half of a GUPS run's evictions), so a branch on it mispredicts about every other fill,
-    /// and the hierarchy branches on the write-back it returns anyway (docs/performance.md,
+    /// Without a branch on the victim's flags: on GUPS whether a victim is dirty is close to a
+    /// coin toss, so a branch on it mispredicts often (cachegrind's branch simulator), and the hierarchy branches on the write-back it returns anyway (docs/performance.md,
     /// "Dirty victims without a branch").
     #[inline]
     fn filled(&mut self, set: usize, slot: usize, evicted: Option<T>, translation: bool, dirty: bool) -> Option<Writeback> {
